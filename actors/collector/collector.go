@@ -1,0 +1,331 @@
+// Package collector is the collector actor: it consumes StepEvents,
+// assembles each episode into an OpenRLHF-ready Trajectory, checks the
+// invariants before publishing (a violation becomes a Failure, never a bad
+// trajectory), and assembles the n samples of a prompt into a Group.
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// ScoreRange is the dynamic-filtering window: a group is kept only when the
+// mean of its scores lies strictly between Low and High.
+type ScoreRange struct {
+	Low, High float64
+}
+
+// Keeps reports whether a group with this mean score passes the filter.
+func (r ScoreRange) Keeps(mean float64) bool { return r.Low < mean && mean < r.High }
+
+// Options configures a Collector. Zero values take the defaults noted.
+type Options struct {
+	// Subjects names subjects and streams (default prefix "rf").
+	Subjects messages.Subjects
+	// Durable is the consumer name on the steps stream (default "collector").
+	Durable string
+	// Filter enables dynamic filtering of groups; nil keeps every complete group.
+	Filter *ScoreRange
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Subjects.Prefix == "" {
+		o.Subjects = messages.NewSubjects("")
+	}
+	if o.Durable == "" {
+		o.Durable = "collector"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Stats are the collector's counters.
+type Stats struct {
+	Trajectories, Failures, Invariant, Malformed uint64
+	// Groups counts groups whose n samples all ended; Kept those published,
+	// Filtered those the score filter dropped, Incomplete those with a failed
+	// member.
+	Groups, GroupsKept, GroupsFiltered, GroupsIncomplete uint64
+	// InFlight is the number of episodes being assembled.
+	InFlight int
+}
+
+// PassRate is the share of complete groups that passed dynamic filtering.
+func (s Stats) PassRate() float64 {
+	if n := s.GroupsKept + s.GroupsFiltered; n > 0 {
+		return float64(s.GroupsKept) / float64(n)
+	}
+	return 0
+}
+
+// Collector assembles trajectories. Create it with New and run it with Run.
+type Collector struct {
+	js   jetstream.JetStream
+	opts Options
+	log  *slog.Logger
+
+	// Only the consume goroutine touches these, except stats under mu.
+	episodes map[string]*partial
+	finished *recent
+	groups   map[string]*group
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// New builds a collector.
+func New(js jetstream.JetStream, opts Options) *Collector {
+	opts.setDefaults()
+	return &Collector{
+		js: js, opts: opts, log: opts.Logger.With("actor", "collector"),
+		episodes: make(map[string]*partial),
+		finished: newRecent(1 << 18),
+		groups:   make(map[string]*group),
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Collector) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+func (c *Collector) count(f func(*Stats)) {
+	c.mu.Lock()
+	f(&c.stats)
+	c.stats.InFlight = len(c.episodes)
+	c.mu.Unlock()
+}
+
+// ConsumerConfig is the collector's durable consumer on the steps stream.
+func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
+	opts.setDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:       opts.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: 8192,
+		FilterSubject: opts.Subjects.StepsAll(),
+	}
+}
+
+// Run consumes step events until ctx is cancelled.
+func (c *Collector) Run(ctx context.Context) error {
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.opts.Subjects.StreamSteps(), ConsumerConfig(c.opts))
+	if err != nil {
+		return fmt.Errorf("collector: consumer: %w", err)
+	}
+	// Consume delivers serially on one goroutine: the episode maps need no lock.
+	cc, err := cons.Consume(func(m jetstream.Msg) { c.handle(ctx, m) },
+		jetstream.PullMaxMessages(1024),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				c.log.Warn("consume", "err", err)
+			}
+		}))
+	if err != nil {
+		return fmt.Errorf("collector: consume: %w", err)
+	}
+	c.log.Info("collector ready")
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	st := c.Stats()
+	c.log.Info("collector stopped", "trajectories", st.Trajectories, "failures", st.Failures,
+		"groups_kept", st.GroupsKept, "groups_filtered", st.GroupsFiltered, "in_flight", st.InFlight)
+	return nil
+}
+
+func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
+	ev, err := messages.Decode[messages.StepEvent](m.Data())
+	if err != nil {
+		c.count(func(s *Stats) { s.Malformed++ })
+		c.log.Warn("malformed step event", "subject", m.Subject(), "err", err)
+		f := &messages.Failure{
+			V: messages.Version, Kind: messages.FailureMalformed, Reason: err.Error(),
+			Subject: m.Subject(), Time: time.Now().UnixNano(),
+			Payload: m.Data()[:min(len(m.Data()), 1<<10)],
+		}
+		c.settle(m, c.publish(ctx, c.opts.Subjects.Failures(messages.FailureMalformed), f, ""), true)
+		return
+	}
+	if c.finished.has(ev.EpisodeID) {
+		_ = m.Ack() // a redelivery of an episode already decided
+		return
+	}
+	p := c.episodes[ev.EpisodeID]
+	if p == nil {
+		p = &partial{next: 0, pending: map[int32]*messages.StepEvent{}}
+		c.episodes[ev.EpisodeID] = p
+	}
+	if ev.Turn < p.next && p.outcome == nil {
+		_ = m.Ack() // duplicate of a turn already applied
+		return
+	}
+	p.pending[ev.Turn] = ev
+	for p.outcome == nil {
+		next, ok := p.pending[p.next]
+		if !ok {
+			break
+		}
+		delete(p.pending, p.next)
+		p.apply(next)
+	}
+	if p.outcome == nil {
+		_ = m.Ack()
+		return
+	}
+	c.settle(m, c.finish(ctx, ev.EpisodeID, p), false)
+}
+
+// settle acks a message whose effect is durable, or hands it back when
+// recording that effect failed; term ends a message that can never succeed.
+func (c *Collector) settle(m jetstream.Msg, err error, term bool) {
+	switch {
+	case err != nil:
+		c.log.Error("recording outcome failed; will retry on redelivery", "subject", m.Subject(), "err", err)
+		_ = m.NakWithDelay(time.Second)
+	case term:
+		_ = m.Term()
+	default:
+		_ = m.Ack()
+	}
+}
+
+// finish publishes an episode's outcome and feeds its group. On error the
+// episode stays assembled, so the redelivered last step retries the publish.
+func (c *Collector) finish(ctx context.Context, id string, p *partial) error {
+	out := p.outcome
+	if out.traj != nil {
+		data, err := messages.Marshal(out.traj)
+		if err == nil {
+			err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.Env), data, messages.TrajectoryMsgID(id))
+		}
+		if errors.Is(err, bus.ErrTooLarge) {
+			out.failure = p.failure(messages.FailureInvariant, fmt.Sprintf("trajectory too large to publish: %v", err))
+			out.traj = nil
+		} else if err != nil {
+			return err
+		}
+	}
+	if out.failure != nil {
+		if err := c.publish(ctx, c.opts.Subjects.Failures(out.failure.Kind), out.failure, messages.TrajectoryMsgID(id)); err != nil {
+			return err
+		}
+	}
+	delete(c.episodes, id)
+	c.finished.add(id)
+	c.count(func(s *Stats) {
+		if out.traj != nil {
+			s.Trajectories++
+			return
+		}
+		s.Failures++
+		if out.failure.Kind == messages.FailureInvariant {
+			s.Invariant++
+		}
+	})
+	if out.failure != nil {
+		c.log.Warn("episode failed", "episode", id, "kind", out.failure.Kind, "reason", out.failure.Reason)
+	}
+	c.addToGroup(ctx, p, out.traj)
+	return nil
+}
+
+func (c *Collector) publish(ctx context.Context, subject string, v any, msgID string) error {
+	data, err := messages.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", subject, err)
+	}
+	return c.publishRaw(ctx, subject, data, msgID)
+}
+
+func (c *Collector) publishRaw(ctx context.Context, subject string, data []byte, msgID string) error {
+	return bus.Publish(ctx, c.js, subject, data, msgID)
+}
+
+// group gathers the n samples of one prompt.
+type group struct {
+	size   int32
+	env    string
+	trajs  []messages.Trajectory
+	failed int32
+}
+
+// addToGroup records an episode's outcome in its group and publishes the
+// group once all n samples have ended.
+func (c *Collector) addToGroup(ctx context.Context, p *partial, t *messages.Trajectory) {
+	req := p.req
+	if req == nil || req.GroupID == "" {
+		return
+	}
+	g := c.groups[req.GroupID]
+	if g == nil {
+		g = &group{size: max(req.GroupSize, 1), env: req.Env}
+		c.groups[req.GroupID] = g
+	}
+	if t != nil {
+		g.trajs = append(g.trajs, *t)
+	} else {
+		g.failed++
+	}
+	if int32(len(g.trajs))+g.failed < g.size {
+		return
+	}
+	delete(c.groups, req.GroupID)
+	if g.failed > 0 {
+		c.count(func(s *Stats) { s.Groups++; s.GroupsIncomplete++ })
+		return
+	}
+	var sum float64
+	for i := range g.trajs {
+		sum += g.trajs[i].Scores
+	}
+	mean := sum / float64(len(g.trajs))
+	if f := c.opts.Filter; f != nil && !f.Keeps(mean) {
+		c.count(func(s *Stats) { s.Groups++; s.GroupsFiltered++ })
+		return
+	}
+	grp := &messages.Group{V: messages.Version, GroupID: req.GroupID, Env: g.env, MeanScore: mean, Trajectories: g.trajs}
+	if err := c.publish(ctx, c.opts.Subjects.Groups(g.env), grp, req.GroupID); err != nil {
+		c.log.Error("publish group", "group", req.GroupID, "err", err)
+		return
+	}
+	c.count(func(s *Stats) { s.Groups++; s.GroupsKept++ })
+}
+
+// recent is a bounded set of recently finished episode ids, so redelivered
+// steps of a decided episode are recognised without growing forever.
+type recent struct {
+	set  map[string]struct{}
+	ring []string
+	pos  int
+}
+
+func newRecent(n int) *recent {
+	return &recent{set: make(map[string]struct{}), ring: make([]string, n)}
+}
+
+func (r *recent) has(id string) bool { _, ok := r.set[id]; return ok }
+
+func (r *recent) add(id string) {
+	if old := r.ring[r.pos]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.pos] = id
+	r.set[id] = struct{}{}
+	r.pos = (r.pos + 1) % len(r.ring)
+}

@@ -1,0 +1,127 @@
+package collector
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// partial is one episode being assembled from its steps, in turn order.
+type partial struct {
+	req     *messages.EpisodeRequest
+	next    int32                         // next turn to apply
+	pending map[int32]*messages.StepEvent // steps that arrived ahead of a gap
+
+	tokens      []int32
+	logprobs    []float32
+	ranges      messages.Ranges
+	stepRewards []float64
+	actions     [][]int32 // each turn's action ids as received, to check the ranges
+	score       float64
+	extra       map[string]float64
+	finish      string
+	truncated   bool
+	versions    []int64
+	genNanos    int64
+
+	outcome *outcome
+}
+
+// outcome is exactly one of a trajectory or a failure.
+type outcome struct {
+	traj    *messages.Trajectory
+	failure *messages.Failure
+}
+
+// apply adds the next step in order; a terminal step decides the outcome.
+func (p *partial) apply(ev *messages.StepEvent) {
+	p.next = ev.Turn + 1
+	if ev.Episode != nil && p.req == nil {
+		p.req = ev.Episode
+	}
+	if ev.Error != "" {
+		p.outcome = &outcome{failure: p.failureAt(messages.FailureEpisode, ev.Error, ev.Turn, ev.EpisodeID)}
+		return
+	}
+	if ev.Turn == 0 {
+		p.tokens = append(p.tokens[:0], ev.PromptTokens...)
+		p.logprobs = append(p.logprobs[:0], make([]float32, len(ev.PromptTokens))...)
+	}
+	if !ev.IsEndMarker() {
+		start := int32(len(p.tokens))
+		p.tokens = append(p.tokens, ev.ActionTokens...)
+		p.logprobs = append(p.logprobs, ev.ActionLogprobs...)
+		p.ranges = append(p.ranges, messages.Range{Start: start, End: start + int32(len(ev.ActionTokens))})
+		p.actions = append(p.actions, ev.ActionTokens)
+		p.tokens = append(p.tokens, ev.FeedbackTokens...)
+		p.logprobs = append(p.logprobs, make([]float32, len(ev.FeedbackTokens))...)
+		p.stepRewards = append(p.stepRewards, ev.Reward)
+		p.score, p.extra = ev.Score, ev.ExtraLogs
+		p.genNanos += ev.GenerateNanos
+		if ev.PolicyVersion != 0 && !slices.Contains(p.versions, ev.PolicyVersion) {
+			p.versions = append(p.versions, ev.PolicyVersion)
+		}
+	}
+	p.finish = ev.FinishReason
+	if ev.Done {
+		p.truncated = ev.Truncated
+		p.outcome = p.build(ev.EpisodeID)
+	}
+}
+
+// build turns the assembled steps into a trajectory, or into an invariant
+// failure when the result would violate the trajectory contract.
+func (p *partial) build(id string) *outcome {
+	if p.req == nil {
+		return &outcome{failure: p.failureAt(messages.FailureInvariant, "episode ended without its first step", p.next-1, id)}
+	}
+	if len(p.ranges) == 0 {
+		return &outcome{failure: p.failure(messages.FailureInvariant, "episode ended without any model turn")}
+	}
+	var reward float64
+	for _, r := range p.stepRewards {
+		reward += r
+	}
+	req := p.req
+	t := &messages.Trajectory{
+		V: messages.Version, EpisodeID: req.EpisodeID, GroupID: req.GroupID,
+		SampleIndex: req.SampleIndex, GroupSize: req.GroupSize, Env: req.Env, EnvSeed: req.EnvSeed,
+		Prompt: req.Prompt, Label: req.Label,
+		ObservationTokens: p.tokens, ActionRanges: p.ranges, RolloutLogProbs: p.logprobs,
+		Reward: reward, Scores: p.score, ExtraLogs: p.extra, Truncated: p.truncated,
+		Turns: int32(len(p.ranges)), StepRewards: p.stepRewards, FinishReason: p.finish,
+		PolicyVersions: p.versions, SubmitTime: req.SubmitTime, DoneTime: time.Now().UnixNano(),
+		GenerateNanos: p.genNanos,
+	}
+	if t.ExtraLogs == nil {
+		t.ExtraLogs = map[string]float64{}
+	}
+	if err := t.Validate(); err != nil {
+		return &outcome{failure: p.failure(messages.FailureInvariant, err.Error())}
+	}
+	// The record alone cannot show that the ranges hold what the model
+	// generated; the steps can.
+	for i, r := range p.ranges {
+		if !slices.Equal(p.tokens[r.Start:r.End], p.actions[i]) {
+			return &outcome{failure: p.failure(messages.FailureInvariant, fmt.Sprintf("action range %d does not hold turn %d's generated tokens", i, i))}
+		}
+	}
+	return &outcome{traj: t}
+}
+
+func (p *partial) failure(kind, reason string) *messages.Failure {
+	return p.failureAt(kind, reason, p.next-1, p.req.EpisodeID)
+}
+
+func (p *partial) failureAt(kind, reason string, turn int32, id string) *messages.Failure {
+	f := &messages.Failure{
+		V: messages.Version, EpisodeID: id, Kind: kind, Reason: reason,
+		Turn: max(turn, 0), Time: time.Now().UnixNano(),
+	}
+	if p.req != nil {
+		f.GroupID, f.Env = p.req.GroupID, p.req.Env
+	}
+	return f
+}

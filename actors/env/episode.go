@@ -1,0 +1,307 @@
+package env
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// Finish reasons the env worker sets when it, not the model, ends an episode.
+const (
+	FinishBudget        = "budget"         // max_length reached before the env said done
+	FinishMaxTurns      = "max_turns"      // the request's turn cap reached before the env said done
+	FinishContextLength = "context_length" // the model server refused the prompt as too long
+)
+
+// errEpisode marks a reason the episode itself cannot continue (as opposed to
+// an infrastructure failure of this worker, which leaves the episode for
+// redelivery).
+var errEpisode = errors.New("episode failed")
+
+// maxFailurePayload bounds the raw bytes kept with a malformed-message record.
+const maxFailurePayload = 1 << 10
+
+func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
+	w.inFlight.Add(1)
+	defer w.inFlight.Add(-1)
+	req, err := messages.Decode[messages.EpisodeRequest](msg.Data())
+	if err != nil {
+		w.malformed.Add(1)
+		w.log.Warn("malformed episode request", "subject", msg.Subject(), "err", err)
+		f := &messages.Failure{
+			V: messages.Version, Kind: messages.FailureMalformed, Reason: err.Error(),
+			Subject: msg.Subject(), Time: time.Now().UnixNano(),
+			Payload: msg.Data()[:min(len(msg.Data()), maxFailurePayload)],
+		}
+		if err := w.publish(ctx, w.opts.Subjects.Failures(messages.FailureMalformed), f, ""); err != nil {
+			w.log.Error("record malformed request", "err", err)
+			_ = msg.Nak()
+			return
+		}
+		_ = msg.Term()
+		return
+	}
+	w.started.Add(1)
+	ep := &episode{w: w, req: req, msg: msg}
+	err = ep.run(ctx)
+	if errors.Is(err, errEpisode) {
+		w.failed.Add(1)
+		err = ep.publishFailure(ctx, err)
+	}
+	if err != nil {
+		// This worker could not record the outcome: hand the episode back.
+		w.log.Error("episode interrupted; returning it to the queue", "episode", req.EpisodeID, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	w.finished.Add(1)
+	if err := msg.DoubleAck(ctx); err != nil {
+		w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
+	}
+}
+
+// episode is one episode's actor state, owned by a single goroutine.
+type episode struct {
+	w   *Worker
+	req *messages.EpisodeRequest
+	msg jetstream.Msg
+
+	env    envs.Env
+	spec   envs.Spec
+	tokens []int32 // observation tokens so far
+	turn   int32
+}
+
+func (e *episode) fail(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errEpisode, fmt.Sprintf(format, args...))
+}
+
+func (e *episode) run(ctx context.Context) error {
+	req := e.req
+	spec, err := envs.Lookup(req.Env)
+	if err != nil {
+		return e.fail("%v", err)
+	}
+	env, err := envs.New(req.Env, req.EnvOptions)
+	if err != nil {
+		return e.fail("%v", err)
+	}
+	e.spec, e.env = spec, env
+	if req.EnvSeed == nil {
+		// Record the seed actually used so the episode can be replayed.
+		s := rand.Uint64()
+		req.EnvSeed = &s
+	}
+	obs, _ := env.Reset(envs.NewRNG(*req.EnvSeed))
+
+	if err := e.firstPrompt(ctx, obs); err != nil {
+		return err
+	}
+	for {
+		ev, err := e.turnOnce(ctx)
+		if err != nil {
+			return err
+		}
+		if err := e.w.publish(ctx, e.w.opts.Subjects.Steps(req.EpisodeID), ev, messages.StepMsgID(req.EpisodeID, ev.Turn)); err != nil {
+			return err
+		}
+		e.w.turns.Add(1)
+		if ev.Done {
+			return nil
+		}
+		// One turn can take long on a busy model; tell JetStream we are alive.
+		_ = e.msg.InProgress()
+	}
+}
+
+// firstPrompt builds and tokenizes the first prompt, left-truncating it so
+// that at least one turn's worth of generation fits in max_length.
+func (e *episode) firstPrompt(ctx context.Context, obs string) error {
+	req := e.req
+	treq := &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID}
+	switch {
+	case req.Prompt != "" && req.ChatTemplate:
+		treq.Messages = []messages.ChatMessage{{Role: "user", Content: req.Prompt}}
+		treq.AddGenerationPrompt = true
+	case req.Prompt != "":
+		treq.Text = req.Prompt
+	default:
+		treq.Messages = []messages.ChatMessage{{Role: "user", Content: obs}}
+		treq.AddGenerationPrompt = true
+	}
+	toks, err := e.tokenize(ctx, treq)
+	if err != nil {
+		return err
+	}
+	maxNew := max(req.Sampling.MaxTokens, 1)
+	keep := int(req.MaxLength - maxNew)
+	if keep <= 0 {
+		return e.fail("max_length %d leaves no room for a prompt with max_tokens %d", req.MaxLength, maxNew)
+	}
+	if len(toks) > keep {
+		toks = toks[len(toks)-keep:]
+	}
+	e.tokens = make([]int32, len(toks), int(req.MaxLength)+256)
+	copy(e.tokens, toks)
+	return nil
+}
+
+// turnOnce runs one model turn and returns its step event.
+func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
+	req := e.req
+	budget := req.MaxLength - int32(len(e.tokens))
+	if c := req.Sampling.MaxTokens; c > 0 && c < budget {
+		budget = c
+	}
+	sp := req.Sampling
+	if sp.Seed != nil {
+		// A distinct but reproducible seed per turn.
+		s := *sp.Seed + int64(e.turn)
+		sp.Seed = &s
+	}
+	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn}
+	if e.turn == 0 {
+		ev.Episode = req
+		ev.PromptTokens = e.tokens
+	}
+	greq := &messages.GenerateRequest{
+		V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn,
+		Prompt: e.tokens, Sampling: sp, MaxTokens: budget,
+	}
+	t0 := time.Now()
+	rep, err := request[messages.GenerateReply](ctx, e.w, e.w.opts.Subjects.Generate(), greq,
+		func(r *messages.GenerateReply) string { return r.Code })
+	if err != nil {
+		return nil, err
+	}
+	ev.GenerateNanos = time.Since(t0).Nanoseconds()
+	if rep.Error != "" {
+		if rep.Code == messages.CodeContextLength && e.turn > 0 {
+			// Out of context: the episode is over, truncated, with no new turn.
+			ev.Done, ev.Truncated, ev.FinishReason = true, true, FinishContextLength
+			ev.ActionTokens, ev.ActionLogprobs, ev.FeedbackTokens = messages.Tokens{}, messages.Logprobs{}, messages.Tokens{}
+			return ev, nil
+		}
+		return nil, e.fail("generate turn %d (%s): %s", e.turn, rep.Code, rep.Error)
+	}
+
+	t1 := time.Now()
+	res := e.env.Step(rep.Text)
+	done := res.Done()
+	feedback := chat.Feedback(rep.Text, res.Observation, e.spec.ChatSuffix, done)
+	ftoks, err := e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: feedback})
+	if err != nil {
+		return nil, err
+	}
+	e.tokens = append(e.tokens, rep.Tokens...)
+	e.tokens = append(e.tokens, ftoks...)
+	e.turn++
+
+	ev.ActionTokens, ev.ActionLogprobs, ev.ActionText = rep.Tokens, rep.Logprobs, rep.Text
+	ev.FeedbackText, ev.FeedbackTokens = feedback, ftoks
+	ev.Reward, ev.Score = res.Reward, res.Reward
+	ev.ExtraLogs = map[string]float64{"dummy_scores": res.Reward, "turn_count": float64(e.turn)}
+	ev.EnvState = e.env.Snapshot()
+	ev.Endpoint, ev.PolicyVersion = rep.Endpoint, rep.PolicyVersion
+	ev.FinishReason = rep.FinishReason
+	switch {
+	case done:
+		// The env ended the episode; it still counts as truncated when the
+		// model's last action was cut off by the length limit.
+		ev.Done, ev.Truncated = true, rep.FinishReason == "length"
+	case req.MaxTurns > 0 && e.turn >= req.MaxTurns:
+		ev.Done, ev.Truncated, ev.FinishReason = true, true, FinishMaxTurns
+	case req.MaxLength-int32(len(e.tokens)) <= 0:
+		ev.Done, ev.Truncated, ev.FinishReason = true, true, FinishBudget
+	}
+	ev.StepNanos = time.Since(t1).Nanoseconds()
+	return ev, nil
+}
+
+func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest) ([]int32, error) {
+	rep, err := request[messages.TokenizeReply](ctx, e.w, e.w.opts.Subjects.Tokenize(), treq,
+		func(r *messages.TokenizeReply) string { return r.Code })
+	if err != nil {
+		return nil, err
+	}
+	if rep.Error != "" {
+		return nil, e.fail("tokenize (%s): %s", rep.Code, rep.Error)
+	}
+	return rep.Tokens, nil
+}
+
+// publishFailure records an episode that cannot complete as a terminal step
+// event with the reason; the collector turns it into the episode's one
+// failure record.
+func (e *episode) publishFailure(ctx context.Context, cause error) error {
+	ev := &messages.StepEvent{
+		V: messages.Version, EpisodeID: e.req.EpisodeID, Turn: e.turn, Episode: e.req,
+		Done: true, Error: cause.Error(),
+	}
+	return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.turn))
+}
+
+// request sends a NATS request and decodes the validated reply. A missing
+// LLM worker, a timeout or an "unavailable" reply is retried with backoff;
+// anything else is returned.
+func request[T any, P interface {
+	*T
+	Validate() error
+}](ctx context.Context, w *Worker, subject string, msg any, code func(*T) string) (*T, error) {
+	data, err := messages.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode %s request: %v", errEpisode, subject, err)
+	}
+	var last error
+	for attempt := range w.opts.RequestAttempts {
+		if attempt > 0 {
+			t := time.NewTimer(time.Duration(attempt*attempt) * 250 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, w.opts.RequestTimeout)
+		m, err := w.nc.RequestWithContext(rctx, subject, data)
+		cancel()
+		if err != nil {
+			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+				last = err
+				continue
+			}
+			return nil, fmt.Errorf("%s: %w", subject, err)
+		}
+		rep, err := messages.Decode[T, P](m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: malformed reply: %v", errEpisode, subject, err)
+		}
+		if code(rep) == messages.CodeUnavailable {
+			last = errors.New("no model endpoint could serve the request")
+			continue
+		}
+		return rep, nil
+	}
+	return nil, fmt.Errorf("%w: %s: gave up after %d attempts: %v", errEpisode, subject, w.opts.RequestAttempts, last)
+}
+
+// publish sends one message to a JetStream stream and waits for the store to
+// acknowledge it, retrying briefly while a stream leader is unavailable.
+func (w *Worker) publish(ctx context.Context, subject string, v any, msgID string) error {
+	data, err := messages.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", subject, err)
+	}
+	return bus.Publish(ctx, w.js, subject, data, msgID)
+}

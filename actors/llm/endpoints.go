@@ -1,0 +1,107 @@
+package llm
+
+import (
+	"context"
+	"hash/fnv"
+	"sync/atomic"
+
+	"github.com/rollfleet/rollfleet/vllm"
+)
+
+// endpoint is one model server with its in-flight bound and health state.
+type endpoint struct {
+	url     string
+	client  *vllm.Client
+	slots   chan struct{} // capacity = per-endpoint in-flight cap
+	healthy atomic.Bool
+}
+
+func (e *endpoint) inFlight() int { return len(e.slots) }
+
+// tryAcquire takes a slot if one is free.
+func (e *endpoint) tryAcquire() bool {
+	select {
+	case e.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// acquire waits for a slot.
+func (e *endpoint) acquire(ctx context.Context) error {
+	select {
+	case e.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *endpoint) release() { <-e.slots }
+
+// router picks endpoints: sticky per episode through rendezvous hashing (every
+// LLM worker computes the same preference, so an episode keeps hitting the
+// same server's prefix cache), falling back to the least-loaded healthy
+// endpoint when the preferred one is full or down.
+type router struct {
+	eps []*endpoint
+}
+
+// score is the rendezvous weight of an endpoint for a key.
+func score(key, url string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write([]byte(url))
+	return h.Sum64()
+}
+
+// pick returns an endpoint with a slot already acquired, skipping those in
+// tried. It prefers, in order: the episode's sticky endpoint if healthy and
+// not full; any healthy endpoint with a free slot (least loaded first); the
+// least-loaded healthy endpoint (waiting for a slot); and, when every
+// untried endpoint is marked down, the least-loaded of those, because a
+// health mark can be stale and failing without trying is worse.
+func (r *router) pick(ctx context.Context, key string, tried map[*endpoint]bool) (*endpoint, error) {
+	var sticky *endpoint
+	var best uint64
+	for _, e := range r.eps {
+		if tried[e] {
+			continue
+		}
+		if s := score(key, e.url); sticky == nil || s > best {
+			sticky, best = e, s
+		}
+	}
+	if sticky == nil {
+		return nil, errNoEndpoint
+	}
+	if sticky.healthy.Load() && sticky.tryAcquire() {
+		return sticky, nil
+	}
+	least := r.leastLoaded(tried, true)
+	if least == nil {
+		least = r.leastLoaded(tried, false)
+	}
+	if least.tryAcquire() {
+		return least, nil
+	}
+	if err := least.acquire(ctx); err != nil {
+		return nil, err
+	}
+	return least, nil
+}
+
+func (r *router) leastLoaded(tried map[*endpoint]bool, healthyOnly bool) *endpoint {
+	var least *endpoint
+	for _, e := range r.eps {
+		if tried[e] || (healthyOnly && !e.healthy.Load()) {
+			continue
+		}
+		if least == nil || e.inFlight() < least.inFlight() {
+			least = e
+		}
+	}
+	return least
+}

@@ -1,0 +1,322 @@
+// Package llm is the LLM worker actor: it answers GenerateRequest and
+// TokenizeRequest in a NATS queue group by forwarding them to vLLM-compatible
+// model servers, choosing the endpoint, bounding in-flight work per endpoint
+// and retrying infrastructure failures on another endpoint.
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/vllm"
+)
+
+var errNoEndpoint = errors.New("llm: no model endpoint left to try")
+
+// Options configures a Worker. Zero values take the defaults noted.
+type Options struct {
+	// Endpoints are model server base URLs (vLLM or the stand-in). Required.
+	Endpoints []string
+	// Model is the served model name; empty asks each server for its first.
+	Model string
+	// MaxInFlight bounds concurrent requests per endpoint (default 64).
+	MaxInFlight int
+	// Subjects names the subjects (default prefix "rf").
+	Subjects messages.Subjects
+	// Queue is the queue group (default "llm").
+	Queue string
+	// CallTimeout bounds one HTTP call to a model server (default 120s).
+	CallTimeout time.Duration
+	// HealthInterval is how often endpoints marked down are probed (default 2s).
+	HealthInterval time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 64
+	}
+	if o.Subjects.Prefix == "" {
+		o.Subjects = messages.NewSubjects("")
+	}
+	if o.Queue == "" {
+		o.Queue = "llm"
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 120 * time.Second
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = 2 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Stats are a worker's counters.
+type Stats struct {
+	Generate, Tokenize, Retries, Errors, Malformed uint64
+}
+
+// Worker is one LLM worker. Create it with New and run it with Run.
+type Worker struct {
+	nc     *nats.Conn
+	opts   Options
+	log    *slog.Logger
+	router router
+
+	generate, tokenize, retries, errs, malformed atomic.Uint64
+}
+
+// New builds a worker for the given endpoints.
+func New(nc *nats.Conn, opts Options) (*Worker, error) {
+	opts.setDefaults()
+	if len(opts.Endpoints) == 0 {
+		return nil, errors.New("llm: at least one model endpoint is required")
+	}
+	w := &Worker{nc: nc, opts: opts, log: opts.Logger.With("actor", "llm")}
+	for _, u := range opts.Endpoints {
+		c, err := vllm.New(u, vllm.Options{Model: opts.Model})
+		if err != nil {
+			return nil, fmt.Errorf("llm: endpoint %q: %w", u, err)
+		}
+		e := &endpoint{url: c.BaseURL(), client: c, slots: make(chan struct{}, opts.MaxInFlight)}
+		e.healthy.Store(true)
+		w.router.eps = append(w.router.eps, e)
+	}
+	return w, nil
+}
+
+// Stats returns a snapshot of the counters.
+func (w *Worker) Stats() Stats {
+	return Stats{
+		Generate: w.generate.Load(), Tokenize: w.tokenize.Load(), Retries: w.retries.Load(),
+		Errors: w.errs.Load(), Malformed: w.malformed.Load(),
+	}
+}
+
+// Run serves requests until ctx is cancelled, then drains its subscriptions
+// and waits for in-flight requests to be answered.
+func (w *Worker) Run(ctx context.Context) error {
+	// A fixed pool sized to the total endpoint capacity: no goroutine per
+	// request, and the pool itself is the backpressure.
+	workers := w.opts.MaxInFlight * len(w.router.eps)
+	// The subscription callbacks block on a full pool, so requests wait in
+	// the subscription's pending buffer instead of being dropped.
+	inbox := make(chan *nats.Msg)
+	enqueue := func(m *nats.Msg) { inbox <- m }
+	gen, err := w.nc.QueueSubscribe(w.opts.Subjects.Generate(), w.opts.Queue, enqueue)
+	if err != nil {
+		return fmt.Errorf("llm: subscribe generate: %w", err)
+	}
+	tok, err := w.nc.QueueSubscribe(w.opts.Subjects.Tokenize(), w.opts.Queue, enqueue)
+	if err != nil {
+		_ = gen.Unsubscribe()
+		return fmt.Errorf("llm: subscribe tokenize: %w", err)
+	}
+	closed := make([]<-chan nats.SubStatus, 0, 2)
+	for _, s := range []*nats.Subscription{gen, tok} {
+		// Requests are small; let many queue up rather than drop as a slow consumer.
+		_ = s.SetPendingLimits(-1, 256<<20)
+		closed = append(closed, s.StatusChanged(nats.SubscriptionClosed))
+	}
+	w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight)
+
+	// Handlers get their own context: a shutdown lets in-flight calls finish.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for m := range inbox {
+				w.handle(work, m)
+			}
+		})
+	}
+	wg.Go(func() { w.healthLoop(ctx) })
+
+	<-ctx.Done()
+	_ = gen.Drain()
+	_ = tok.Drain()
+	for _, c := range closed {
+		<-c
+	}
+	close(inbox)
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) handle(ctx context.Context, m *nats.Msg) {
+	var reply []byte
+	switch m.Subject {
+	case w.opts.Subjects.Generate():
+		w.generate.Add(1)
+		reply = w.marshal(w.serveGenerate(ctx, m.Data))
+	default:
+		w.tokenize.Add(1)
+		reply = w.marshal(w.serveTokenize(ctx, m.Data))
+	}
+	if m.Reply == "" {
+		return
+	}
+	if err := m.Respond(reply); err != nil {
+		w.log.Warn("respond failed", "subject", m.Subject, "err", err)
+	}
+}
+
+func (w *Worker) marshal(v any) []byte {
+	b, err := messages.Marshal(v)
+	if err != nil {
+		// Only a programming error gets here; answer with something decodable.
+		w.log.Error("marshal reply", "err", err)
+		b, _ = messages.Marshal(&messages.GenerateReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid})
+	}
+	return b
+}
+
+func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.GenerateReply {
+	req, err := messages.Decode[messages.GenerateRequest](data)
+	if err != nil {
+		w.malformed.Add(1)
+		w.errs.Add(1)
+		return &messages.GenerateReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
+	}
+	creq := vllm.CompletionRequest{
+		Prompt:      req.Prompt,
+		MaxTokens:   int(req.MaxTokens),
+		Temperature: req.Sampling.Temperature,
+		TopP:        req.Sampling.TopP,
+		TopK:        int(req.Sampling.TopK),
+		Seed:        req.Sampling.Seed,
+		Stop:        req.Sampling.Stop,
+	}
+	var out vllm.Completion
+	ep, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
+		var err error
+		out, err = e.client.Complete(ctx, creq)
+		return err
+	})
+	if err != nil {
+		return &messages.GenerateReply{V: messages.Version, Endpoint: ep, Error: err.Error(), Code: errorCode(err)}
+	}
+	return &messages.GenerateReply{
+		V:            messages.Version,
+		Tokens:       out.TokenIDs,
+		Logprobs:     out.Logprobs,
+		Text:         out.Text,
+		FinishReason: out.FinishReason,
+		Endpoint:     ep,
+	}
+}
+
+func (w *Worker) serveTokenize(ctx context.Context, data []byte) *messages.TokenizeReply {
+	req, err := messages.Decode[messages.TokenizeRequest](data)
+	if err != nil {
+		w.malformed.Add(1)
+		w.errs.Add(1)
+		return &messages.TokenizeReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
+	}
+	treq := vllm.TokenizeRequest{
+		Prompt:              req.Text,
+		AddGenerationPrompt: req.AddGenerationPrompt,
+		AddSpecialTokens:    req.AddSpecialTokens,
+	}
+	for _, m := range req.Messages {
+		treq.Messages = append(treq.Messages, vllm.Message{Role: m.Role, Content: m.Content})
+	}
+	var ids []int32
+	_, err = w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
+		var err error
+		ids, err = e.client.Tokenize(ctx, treq)
+		return err
+	})
+	if err != nil {
+		return &messages.TokenizeReply{V: messages.Version, Error: err.Error(), Code: errorCode(err)}
+	}
+	return &messages.TokenizeReply{V: messages.Version, Tokens: ids}
+}
+
+// withEndpoint runs call on a chosen endpoint, retrying infrastructure
+// failures on each other endpoint once. The request (and so the token
+// prefix) is identical on every attempt. It returns the URL of the last
+// endpoint tried.
+func (w *Worker) withEndpoint(ctx context.Context, key string, call func(context.Context, *endpoint) error) (string, error) {
+	tried := make(map[*endpoint]bool, len(w.router.eps))
+	var lastErr error
+	last := ""
+	for range w.router.eps {
+		e, err := w.router.pick(ctx, key, tried)
+		if err != nil {
+			break
+		}
+		tried[e] = true
+		last = e.url
+		cctx, cancel := context.WithTimeout(ctx, w.opts.CallTimeout)
+		err = call(cctx, e)
+		cancel()
+		e.release()
+		if err == nil {
+			return last, nil
+		}
+		lastErr = err
+		if !vllm.Retryable(ctx, err) {
+			break
+		}
+		e.healthy.Store(false)
+		w.retries.Add(1)
+		w.log.Warn("model endpoint failed; trying another", "endpoint", e.url, "err", err)
+	}
+	w.errs.Add(1)
+	if lastErr == nil {
+		lastErr = errNoEndpoint
+	}
+	return last, lastErr
+}
+
+// errorCode classifies an error for the requester.
+func errorCode(err error) string {
+	switch {
+	case errors.Is(err, vllm.ErrContextLength):
+		return messages.CodeContextLength
+	case errors.Is(err, vllm.ErrUnavailable), errors.Is(err, vllm.ErrBadResponse),
+		errors.Is(err, errNoEndpoint), errors.Is(err, context.DeadlineExceeded):
+		return messages.CodeUnavailable
+	default:
+		return messages.CodeInvalid
+	}
+}
+
+// healthLoop probes endpoints marked down and brings them back when /health
+// answers.
+func (w *Worker) healthLoop(ctx context.Context) {
+	t := time.NewTicker(w.opts.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, e := range w.router.eps {
+			if e.healthy.Load() {
+				continue
+			}
+			hctx, cancel := context.WithTimeout(ctx, w.opts.HealthInterval)
+			err := e.client.Health(hctx)
+			cancel()
+			if err == nil {
+				e.healthy.Store(true)
+				w.log.Info("model endpoint healthy again", "endpoint", e.url)
+			}
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// StreamOptions configures the JetStream streams rollfleet creates.
+type StreamOptions struct {
+	// Replicas per stream: 1 for a single server, 3 on a cluster.
+	Replicas int
+	// StepsMaxAge bounds how long step events are kept (default 24h): long
+	// enough to rebuild or resume any live episode, short enough not to grow
+	// without bound.
+	StepsMaxAge time.Duration
+	// OutputMaxAge bounds trajectories, groups and failures (default 7 days).
+	OutputMaxAge time.Duration
+	// DuplicateWindow is the publish dedup window (default 10 minutes).
+	DuplicateWindow time.Duration
+}
+
+func (o *StreamOptions) setDefaults() {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.StepsMaxAge == 0 {
+		o.StepsMaxAge = 24 * time.Hour
+	}
+	if o.OutputMaxAge == 0 {
+		o.OutputMaxAge = 7 * 24 * time.Hour
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = 10 * time.Minute
+	}
+}
+
+// StreamConfigs returns the configuration of every rollfleet stream.
+func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.StreamConfig {
+	opts.setDefaults()
+	limits := func(name, subject string, age time.Duration) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:       name,
+			Subjects:   []string{subject},
+			Retention:  jetstream.LimitsPolicy,
+			Storage:    jetstream.FileStorage,
+			Replicas:   opts.Replicas,
+			MaxAge:     age,
+			Duplicates: opts.DuplicateWindow,
+		}
+	}
+	episodes := limits(subj.StreamEpisodes(), subj.EpisodesAll(), 0)
+	// A work queue: an acked episode is gone, an unacked one comes back to
+	// another worker. DiscardNew makes a full queue an error for the
+	// submitter instead of silently dropping queued work.
+	episodes.Retention = jetstream.WorkQueuePolicy
+	episodes.Discard = jetstream.DiscardNew
+	return []jetstream.StreamConfig{
+		episodes,
+		limits(subj.StreamSteps(), subj.StepsAll(), opts.StepsMaxAge),
+		limits(subj.StreamTrajectories(), subj.TrajectoriesAll(), opts.OutputMaxAge),
+		limits(subj.StreamGroups(), subj.GroupsAll(), opts.OutputMaxAge),
+		limits(subj.StreamFailures(), subj.FailuresAll(), opts.OutputMaxAge),
+	}
+}
+
+// EnsureStreams creates or updates every rollfleet stream. Every actor calls
+// it at start, so any one of them can bring up an empty server.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, opts StreamOptions) error {
+	for _, cfg := range StreamConfigs(subj, opts) {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("bus: stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}

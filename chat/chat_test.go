@@ -1,0 +1,129 @@
+package chat
+
+import "testing"
+
+func TestRender(t *testing.T) {
+	tests := []struct {
+		name   string
+		msgs   []Message
+		genPro bool
+		want   string
+	}{
+		{name: "empty", want: ""},
+		{name: "empty with generation prompt", genPro: true, want: "<|im_start|>assistant\n"},
+		{
+			name: "system and user",
+			msgs: []Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}},
+			want: "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n",
+		},
+		{
+			name:   "user with generation prompt",
+			msgs:   []Message{{Role: "user", Content: "Guess.\n"}},
+			genPro: true,
+			want:   "<|im_start|>user\nGuess.\n<|im_end|>\n<|im_start|>assistant\n",
+		},
+		{
+			name: "multi-turn with empty content",
+			msgs: []Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: ""}, {Role: "user", Content: "é"}},
+			want: "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>user\né<|im_end|>\n",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Render(tc.msgs, tc.genPro); got != tc.want {
+				t.Errorf("Render = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// openRLHFSuffix is the call to action of OpenRLHF's GEM multi-turn example.
+const openRLHFSuffix = `Enter your next guess within \boxed{}.`
+
+func TestFeedback(t *testing.T) {
+	const obs = "At turn 1, you guessed 10, and the target number is higher than 10."
+	tests := []struct {
+		name   string
+		action string
+		obs    string
+		suffix string
+		done   bool
+		want   string
+	}{
+		{
+			// OpenRLHF: "<|im_end|>\n" is prepended when the action lacks it.
+			name:   "not done, action without im_end",
+			action: `\boxed{10}`,
+			obs:    obs,
+			suffix: openRLHFSuffix,
+			want: "<|im_end|>\n" + "<|im_start|>user\n" + obs +
+				"\nEnter your next guess within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n",
+		},
+		{
+			// rollfleet closes the turn canonically with "\n" where OpenRLHF adds nothing.
+			name:   "not done, action ending with im_end",
+			action: `\boxed{10}<|im_end|>`,
+			obs:    obs,
+			suffix: openRLHFSuffix,
+			want: "\n" + "<|im_start|>user\n" + obs +
+				"\nEnter your next guess within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n",
+		},
+		{
+			name:   "done, action without im_end",
+			action: `I think \boxed{13}`,
+			obs:    "Congratulations! You guessed the correct number 13 in 3 turns.",
+			suffix: openRLHFSuffix,
+			done:   true,
+			want:   "<|im_end|>\n<|im_start|>user\nCongratulations! You guessed the correct number 13 in 3 turns.<|im_end|>",
+		},
+		{
+			name:   "done, action ending with im_end",
+			action: "no box<|im_end|>",
+			obs:    "At turn 1, you did not provide a valid guess.",
+			done:   true,
+			want:   "\n<|im_start|>user\nAt turn 1, you did not provide a valid guess.<|im_end|>",
+		},
+		{
+			name:   "not done, empty suffix",
+			action: "x<|im_end|>",
+			obs:    "o",
+			want:   "\n<|im_start|>user\no<|im_end|>\n<|im_start|>assistant\n",
+		},
+		{
+			// Only a final im_end closes the turn; one in the middle does not.
+			name:   "im_end inside the action",
+			action: "a<|im_end|>b",
+			obs:    "o",
+			done:   true,
+			want:   "<|im_end|>\n<|im_start|>user\no<|im_end|>",
+		},
+		{
+			name: "empty action and observation",
+			done: false,
+			want: "<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Feedback(tc.action, tc.obs, tc.suffix, tc.done); got != tc.want {
+				t.Errorf("Feedback = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// The feedback after an action ending in <|im_end|> continues the rendered
+// conversation exactly as the chat template would render the next turn.
+func TestFeedbackMatchesTemplate(t *testing.T) {
+	first := []Message{{Role: "user", Content: "Guess a number."}}
+	action := `\boxed{10}`
+	obs := "At turn 1, you guessed 10, and the target number is higher than 10."
+	got := Render(first, true) + action + ImEnd + Feedback(action+ImEnd, obs, openRLHFSuffix, false)
+	want := Render(append(first,
+		Message{Role: "assistant", Content: action},
+		Message{Role: "user", Content: obs + "\n" + openRLHFSuffix},
+	), true)
+	if got != want {
+		t.Errorf("conversation = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
+	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+type runCmd struct {
+	Env               string        `default:"game:GuessTheNumber-v0" help:"Env id (used when a dataset row names none)."`
+	Episodes          int           `help:"Number of episodes (a multiple of --n-samples). With --dataset, 0 runs every row once."`
+	Dataset           string        `type:"existingfile" help:"JSONL rows with prompt, label and optional env."`
+	ApplyChatTemplate bool          `help:"Wrap dataset prompts as the first user turn of the chat template."`
+	NSamples          int           `default:"1" help:"Samples per prompt (group size)."`
+	Concurrency       int           `default:"256" help:"Most episodes in flight."`
+	MaxLength         int           `default:"4096" help:"Whole-trajectory token budget."`
+	MaxTokens         int           `default:"256" help:"Per-turn generation cap."`
+	Temperature       float64       `default:"1" help:"Sampling temperature."`
+	TopP              float64       `default:"1" help:"Nucleus sampling."`
+	Seed              *uint64       `help:"Seed for a reproducible run (random if unset)."`
+	Out               string        `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout)."`
+	FailuresOut       string        `help:"Also write failure records as JSONL to this file."`
+	VLLM              []string      `sep:"," help:"vLLM base URL(s); default: the built-in stand-in model."`
+	Model             string        `help:"Served model name (default: the server's first)."`
+	LLMMaxInFlight    int           `default:"64" help:"Most concurrent requests per model server."`
+	NATS              string        `help:"External NATS URL(s) instead of the embedded server."`
+	SubmitOnly        bool          `help:"With --nats: submit and collect only; a fleet of separate processes does the work."`
+	DataDir           string        `help:"Embedded server data dir (default: a temp dir, removed afterwards)."`
+	Filter            bool          `help:"Dynamic filtering of groups by mean score inside --filter-range."`
+	FilterRange       []float64     `default:"0,1" sep:"," help:"Low,high bounds for --filter."`
+	ToyLatency        time.Duration `help:"Stand-in model: simulated time per generated token."`
+	ToyMaxConcurrent  int           `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
+	Timeout           time.Duration `help:"Give up after this long (0 = never)."`
+	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+}
+
+func (c *runCmd) Run() error {
+	if c.SubmitOnly && c.NATS == "" {
+		return fmt.Errorf("--submit-only needs --nats")
+	}
+	filter, err := cmdutil.FilterRange(c.Filter, c.FilterRange)
+	if err != nil {
+		return err
+	}
+	ctx, stop := cmdutil.SignalContext()
+	defer stop()
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	out := os.Stdout
+	if c.Out != "-" {
+		f, err := os.Create(c.Out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	opts := fleet.Options{
+		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ApplyChatTemplate: c.ApplyChatTemplate,
+		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
+		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
+		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
+		Filter: filter, Out: out, Logger: cmdutil.Logger(c.LogLevel),
+		ToyLLM: toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent},
+	}
+	if c.FailuresOut != "" {
+		f, err := os.Create(c.FailuresOut)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts.FailuresOut = f
+	}
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		var bar *progressbar.ProgressBar
+		opts.Progress = func(done, total int) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription("episodes"), progressbar.OptionShowCount(),
+					progressbar.OptionShowIts(), progressbar.OptionSetItsString("ep"),
+					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+			}
+			_ = bar.Set(done)
+		}
+	}
+	sum, err := fleet.Run(ctx, opts)
+	fmt.Fprintln(os.Stderr, sum.String())
+	if err != nil {
+		return err
+	}
+	if c.Out != "-" {
+		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.Trajectories, c.Out)
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package envs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// ErrUnknownEnv is wrapped by Lookup and New for an id that is not registered;
+// the message lists every known id, sorted.
+var ErrUnknownEnv = errors.New("unknown env")
+
+// ErrBadOption is wrapped by New when a constructor override has a bad value;
+// the message names the key.
+var ErrBadOption = errors.New("bad env option")
+
+// Spec describes one registered environment id.
+type Spec struct {
+	// ID is the registered id, e.g. "game:GuessTheNumber-v0-easy".
+	ID string
+	// Family is the game, e.g. "GuessTheNumber".
+	Family string
+	// Params are the registered parameters; a nil value is drawn at each reset
+	// (GEM's -random variants).
+	Params map[string]any
+	// MaxTurns is the registered turn limit, 0 when it is drawn at reset.
+	MaxTurns int
+	// ChatSuffix is the text appended to each feedback turn in the ChatML
+	// multi-turn prompt.
+	ChatSuffix string
+
+	// new builds an env from the caller's overrides, GEM's make(id, **overrides).
+	new func(opts map[string]json.RawMessage) (Env, error)
+}
+
+// registry is the one table of registered ids; a new game family adds its
+// rows here.
+var registry = indexSpecs(
+	guessTheNumberSpec("game:GuessTheNumber-v0", 1, 20, 10), // dropped by GEM later; OpenRLHF's example still uses it
+	guessTheNumberSpec("game:GuessTheNumber-v0-easy", 1, 10, 4),
+	guessTheNumberSpec("game:GuessTheNumber-v0-hard", 1, 50, 7),
+	guessTheNumberRandomSpec("game:GuessTheNumber-v0-random"),
+)
+
+// indexSpecs keys the table by id, refusing duplicates so a bad row fails at start-up.
+func indexSpecs(specs ...Spec) map[string]Spec {
+	m := make(map[string]Spec, len(specs))
+	for _, s := range specs {
+		if _, dup := m[s.ID]; dup {
+			panic("envs: duplicate env id " + s.ID)
+		}
+		m[s.ID] = s
+	}
+	return m
+}
+
+// Lookup returns the spec registered under id.
+func Lookup(id string) (Spec, error) {
+	s, ok := registry[id]
+	if !ok {
+		return Spec{}, fmt.Errorf("%w %q; known ids: %s", ErrUnknownEnv, id, strings.Join(IDs(), ", "))
+	}
+	s.Params = maps.Clone(s.Params) // callers must not be able to change the registry
+	return s, nil
+}
+
+// New builds an env; opts is nil or a JSON object of constructor overrides
+// (GEM's make(id, **overrides), e.g. {"max_turns": 6}). Unknown keys are
+// ignored like GEM; bad values give ErrBadOption naming the key. The env is
+// usable after Reset.
+func New(id string, opts json.RawMessage) (Env, error) {
+	s, err := Lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := decodeObject(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", id, ErrBadOption, err)
+	}
+	env, err := s.new(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", id, err)
+	}
+	return env, nil
+}
+
+// Specs returns every registered spec, sorted by ID.
+func Specs() []Spec {
+	ids := IDs()
+	specs := make([]Spec, len(ids))
+	for i, id := range ids {
+		specs[i], _ = Lookup(id) // id comes from the registry itself
+	}
+	return specs
+}
+
+// IDs returns every registered id, sorted.
+func IDs() []string {
+	return slices.Sorted(maps.Keys(registry))
+}

@@ -1,0 +1,198 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// recorder keeps, server-side, what the stand-in sampled for each prompt.
+// The n samples of a group share their first prompt, so a prompt can have
+// several generations.
+type recorder struct {
+	mu  sync.Mutex
+	gen map[string][][]int32
+}
+
+func key(ids []int32) string { return fmt.Sprint(ids) }
+
+func (r *recorder) record(prompt, generated []int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := key(prompt)
+	r.gen[k] = append(r.gen[k], slices.Clone(generated))
+}
+
+// returned reports whether the stand-in returned exactly ids for prompt.
+func (r *recorder) returned(prompt, ids []int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.gen[key(prompt)], func(g []int32) bool { return slices.Equal(g, ids) })
+}
+
+var gtnIDs = []string{
+	"game:GuessTheNumber-v0", "game:GuessTheNumber-v0-easy",
+	"game:GuessTheNumber-v0-hard", "game:GuessTheNumber-v0-random",
+}
+
+// TestEndToEndGuessTheNumber runs every GuessTheNumber id through the whole
+// fleet (embedded NATS, the stand-in over real HTTP, the three actors) and
+// checks each trajectory against the contract, the model's own output and a
+// replay of the game.
+func TestEndToEndGuessTheNumber(t *testing.T) {
+	const perEnv, n = 200, 4
+	dir := t.TempDir()
+	var rows bytes.Buffer
+	for _, id := range gtnIDs {
+		for range perEnv / n {
+			fmt.Fprintf(&rows, "{\"env\": %q}\n", id)
+		}
+	}
+	dataset := filepath.Join(dir, "data.jsonl")
+	if err := os.WriteFile(dataset, rows.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{gen: map[string][][]int32{}}
+	var out bytes.Buffer
+	seed := uint64(7)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sum, err := Run(ctx, Options{
+		Dataset: dataset, NSamples: n, Seed: &seed, MaxLength: 2048, MaxTokens: 64,
+		DataDir: filepath.Join(dir, "nats"), Out: &out,
+		ToyLLM: toyllm.Options{Record: rec.record},
+	})
+	if err != nil {
+		t.Fatalf("run: %v (summary %s)", err, sum)
+	}
+	total := perEnv * len(gtnIDs)
+	if sum.Trajectories != total || sum.Failures != 0 {
+		t.Fatalf("want %d trajectories and no failures, got %s", total, sum)
+	}
+
+	trajs := readTrajectories(t, out.Bytes())
+	if len(trajs) != total {
+		t.Fatalf("want %d JSONL lines, got %d", total, len(trajs))
+	}
+	seen := map[string]bool{}
+	perEnvCount := map[string]int{}
+	groups := map[string][]*messages.Trajectory{}
+	rewards := map[float64]int{}
+	for _, tr := range trajs {
+		if seen[tr.EpisodeID] {
+			t.Fatalf("episode %s appears twice", tr.EpisodeID)
+		}
+		seen[tr.EpisodeID] = true
+		perEnvCount[tr.Env]++
+		groups[tr.GroupID] = append(groups[tr.GroupID], tr)
+		rewards[tr.Reward]++
+		checkTrajectory(t, tr, rec)
+	}
+	for _, id := range gtnIDs {
+		if perEnvCount[id] != perEnv {
+			t.Errorf("%s: want %d trajectories, got %d", id, perEnv, perEnvCount[id])
+		}
+	}
+	for g, members := range groups {
+		if len(members) != n {
+			t.Errorf("group %s has %d members, want %d", g, len(members), n)
+		}
+	}
+	// The stand-in plays noisily: a healthy run shows wins and losses.
+	if sum.Successes == 0 || sum.Successes == total || len(rewards) < 3 {
+		t.Errorf("expected a spread of outcomes, got %d successes of %d and rewards %v", sum.Successes, total, rewards)
+	}
+	t.Logf("summary: %s", sum)
+}
+
+func readTrajectories(t *testing.T, data []byte) []*messages.Trajectory {
+	t.Helper()
+	var out []*messages.Trajectory
+	for i, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var tr messages.Trajectory
+		if err := json.Unmarshal(line, &tr); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		tr.V = messages.Version
+		out = append(out, &tr)
+	}
+	return out
+}
+
+// checkTrajectory checks one trajectory against the DESIGN invariants, the
+// ids the stand-in actually returned, and a replay of the game.
+func checkTrajectory(t *testing.T, tr *messages.Trajectory, rec *recorder) {
+	t.Helper()
+	if err := tr.Validate(); err != nil {
+		t.Fatalf("%s: invariant: %v", tr.EpisodeID, err)
+	}
+	var tok toyllm.Tokenizer
+	obs := []int32(tr.ObservationTokens)
+	spec, err := envs.Lookup(tr.Env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := envs.New(tr.Env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.EnvSeed == nil {
+		t.Fatalf("%s: no env seed recorded", tr.EpisodeID)
+	}
+	instructions, _ := env.Reset(envs.NewRNG(*tr.EnvSeed))
+	wantPrompt := chat.Render([]chat.Message{{Role: "user", Content: instructions}}, true)
+	if got := tok.Decode(obs[:tr.ActionRanges[0].Start]); got != wantPrompt {
+		t.Fatalf("%s: prompt span\n got %q\nwant %q", tr.EpisodeID, got, wantPrompt)
+	}
+	var sum float64
+	for i, r := range tr.ActionRanges {
+		gen := obs[r.Start:r.End]
+		if !rec.returned(obs[:r.Start], gen) {
+			t.Fatalf("%s turn %d: action tokens are not what the stand-in returned for this prompt", tr.EpisodeID, i)
+		}
+		for j := r.Start; j < r.End; j++ {
+			if tr.RolloutLogProbs[j] > 0 {
+				t.Fatalf("%s: positive logprob at %d", tr.EpisodeID, j)
+			}
+		}
+		action := tok.Decode(gen)
+		res := env.Step(action)
+		if res.Reward != tr.StepRewards[i] {
+			t.Fatalf("%s turn %d: reward %v, replay gives %v", tr.EpisodeID, i, tr.StepRewards[i], res.Reward)
+		}
+		sum += res.Reward
+		end := int32(len(obs))
+		if i+1 < len(tr.ActionRanges) {
+			end = tr.ActionRanges[i+1].Start
+		}
+		wantFeedback := chat.Feedback(action, res.Observation, spec.ChatSuffix, res.Done())
+		if got := tok.Decode(obs[r.End:end]); got != wantFeedback {
+			t.Fatalf("%s turn %d: feedback span\n got %q\nwant %q", tr.EpisodeID, i, got, wantFeedback)
+		}
+		if res.Done() != (i == len(tr.ActionRanges)-1) && !tr.Truncated {
+			t.Fatalf("%s turn %d: replay done=%v disagrees with the trajectory", tr.EpisodeID, i, res.Done())
+		}
+	}
+	if sum != tr.Reward {
+		t.Fatalf("%s: reward %v, replay sums to %v", tr.EpisodeID, tr.Reward, sum)
+	}
+	if got := tr.ExtraLogs["turn_count"]; got != float64(tr.Turns) {
+		t.Fatalf("%s: extra_logs.turn_count %v, turns %d", tr.EpisodeID, got, tr.Turns)
+	}
+	if !strings.HasPrefix(tr.GroupID, strings.Split(tr.EpisodeID, "-")[0]) {
+		t.Fatalf("%s: group %s is not of this run", tr.EpisodeID, tr.GroupID)
+	}
+}

@@ -1,0 +1,425 @@
+// Package fleet runs a whole rollout job: it brings up (or connects to) NATS,
+// starts the env worker, LLM worker and collector actors and the built-in
+// stand-in model when no vLLM server is given, submits the episodes, and
+// streams the resulting trajectories out as OpenRLHF-ready JSONL.
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/actors/collector"
+	envactor "github.com/rollfleet/rollfleet/actors/env"
+	"github.com/rollfleet/rollfleet/actors/llm"
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// Options describes one rollout job. Zero values take the defaults noted.
+type Options struct {
+	// Env is the env id used when no dataset row names one.
+	Env string
+	// Episodes is the number of episodes (n samples per prompt count
+	// separately). With a dataset, 0 means every row once.
+	Episodes int
+	// Dataset is a JSONL file of rows {"prompt", "label", "env"?}; empty runs
+	// the env's own instructions as the prompt.
+	Dataset string
+	// ApplyChatTemplate wraps dataset prompts as the first user turn of the
+	// model's chat template.
+	ApplyChatTemplate bool
+	// NSamples is n samples per prompt (default 1).
+	NSamples int
+	// Concurrency is the env worker's episode limit (default 256).
+	Concurrency int
+	// MaxLength is the whole-trajectory token budget (default 4096).
+	MaxLength int
+	// MaxTokens is the per-turn generation cap (default 256; 0 keeps it).
+	MaxTokens int
+	// Temperature (default 1) and TopP (default 1) are sampling parameters.
+	Temperature, TopP float64
+	// Seed makes the run reproducible; nil draws one.
+	Seed *uint64
+	// VLLM lists model server URLs; empty starts the built-in stand-in.
+	VLLM []string
+	// Model is the served model name (empty: the server's first).
+	Model string
+	// LLMMaxInFlight bounds requests per model endpoint (default 64).
+	LLMMaxInFlight int
+	// NATS is an external server URL list; empty runs an embedded server.
+	NATS string
+	// DataDir holds the embedded server's store; empty uses a temp dir that
+	// is removed afterwards.
+	DataDir string
+	// SubmitOnly submits and collects without starting actors: a fleet of
+	// separate processes does the work.
+	SubmitOnly bool
+	// Filter enables dynamic filtering of groups in the collector.
+	Filter *collector.ScoreRange
+	// ToyLLM configures the stand-in model (latency, capacity, recording).
+	ToyLLM toyllm.Options
+	// Out receives one trajectory JSON object per line; nil discards.
+	Out io.Writer
+	// FailuresOut receives one failure record JSON object per line; nil discards.
+	FailuresOut io.Writer
+	// Progress is called after every finished episode.
+	Progress func(done, total int)
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.NSamples <= 0 {
+		o.NSamples = 1
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 256
+	}
+	if o.MaxLength <= 0 {
+		o.MaxLength = 4096
+	}
+	if o.MaxTokens == 0 {
+		o.MaxTokens = 256
+	}
+	if o.Temperature == 0 {
+		o.Temperature = 1
+	}
+	if o.TopP == 0 {
+		o.TopP = 1
+	}
+	if o.Seed == nil {
+		s := rand.Uint64()
+		o.Seed = &s
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+}
+
+// DatasetRow is one line of a dataset file.
+type DatasetRow struct {
+	Prompt string `json:"prompt"`
+	Label  string `json:"label"`
+	Env    string `json:"env,omitempty"`
+}
+
+// Run executes the job and returns its summary. It returns when every
+// submitted episode has ended as a trajectory or a failure, or ctx ends.
+func Run(ctx context.Context, opts Options) (Summary, error) {
+	opts.setDefaults()
+	start := time.Now()
+	reqs, err := buildRequests(opts)
+	if err != nil {
+		return Summary{}, err
+	}
+
+	var stack cleanup
+	defer stack.run()
+	connect, err := startBus(&stack, opts)
+	if err != nil {
+		return Summary{}, err
+	}
+	nc, err := connect("rollout")
+	if err != nil {
+		return Summary{}, err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return Summary{}, fmt.Errorf("fleet: jetstream: %w", err)
+	}
+	subj := messages.NewSubjects("")
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		return Summary{}, err
+	}
+
+	// Outcome consumers exist before the first submit, so nothing is missed.
+	results := make(chan outcome, 1024)
+	for _, s := range []struct{ stream, kind string }{
+		{subj.StreamTrajectories(), "trajectory"}, {subj.StreamFailures(), "failure"},
+	} {
+		cons, err := js.OrderedConsumer(ctx, s.stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			return Summary{}, fmt.Errorf("fleet: watch %s: %w", s.stream, err)
+		}
+		kind := s.kind
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			select {
+			case results <- outcome{kind: kind, data: m.Data()}:
+			case <-ctx.Done():
+			}
+		})
+		if err != nil {
+			return Summary{}, fmt.Errorf("fleet: watch %s: %w", s.stream, err)
+		}
+		stack.push(cc.Stop)
+	}
+
+	var coll *collector.Collector
+	if !opts.SubmitOnly {
+		coll, err = startActors(ctx, &stack, opts, connect)
+		if err != nil {
+			return Summary{}, err
+		}
+	}
+
+	if err := submit(ctx, js, subj, reqs); err != nil {
+		return Summary{}, err
+	}
+	sum, err := gather(ctx, opts, reqs, results)
+	sum.Wall = time.Since(start)
+	if coll != nil {
+		st := coll.Stats()
+		sum.GroupsKept, sum.GroupsFiltered, sum.GroupsIncomplete = int(st.GroupsKept), int(st.GroupsFiltered), int(st.GroupsIncomplete)
+		sum.FilterOn = opts.Filter != nil
+	}
+	return sum, err
+}
+
+// cleanup runs registered stop functions in reverse order.
+type cleanup struct{ fns []func() }
+
+func (c *cleanup) push(f func()) { c.fns = append(c.fns, f) }
+func (c *cleanup) run() {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		c.fns[i]()
+	}
+}
+
+// startBus starts the embedded server (or checks the external one) and
+// returns a function that opens named connections to it.
+func startBus(stack *cleanup, opts Options) (func(name string) (*nats.Conn, error), error) {
+	track := func(nc *nats.Conn, err error) (*nats.Conn, error) {
+		if err == nil {
+			stack.push(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = bus.Drain(ctx, nc)
+			})
+		}
+		return nc, err
+	}
+	if opts.NATS != "" {
+		return func(name string) (*nats.Conn, error) {
+			return track(bus.Connect(opts.NATS, name, opts.Logger))
+		}, nil
+	}
+	dir := opts.DataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "rollfleet-")
+		if err != nil {
+			return nil, fmt.Errorf("fleet: data dir: %w", err)
+		}
+		stack.push(func() { _ = os.RemoveAll(tmp) })
+		dir = tmp
+	}
+	s, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: dir, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	stack.push(func() { bus.Shutdown(s) })
+	return func(name string) (*nats.Conn, error) {
+		return track(bus.ConnectInProcess(s, name))
+	}, nil
+}
+
+// startActors starts the model stand-in (unless vLLM URLs are given) and the
+// three actors, each on its own connection, as they would run as processes.
+func startActors(ctx context.Context, stack *cleanup, opts Options, connect func(string) (*nats.Conn, error)) (*collector.Collector, error) {
+	endpoints := opts.VLLM
+	if len(endpoints) == 0 {
+		srv := toyllm.New(opts.ToyLLM)
+		url, stop, err := srv.Start(ctx, "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("fleet: start stand-in model: %w", err)
+		}
+		stack.push(stop)
+		endpoints = []string{url}
+	}
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	// Stop order (reverse of push): cancel actors, wait for them, then close
+	// their connections, which were pushed earlier.
+	llmNC, err := connect("llmworker")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	envNC, err := connect("envworker")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	colNC, err := connect("collector")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	stack.push(wg.Wait)
+	stack.push(cancel)
+
+	lw, err := llm.New(llmNC, llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	envJS, err := jetstream.New(envNC)
+	if err != nil {
+		return nil, err
+	}
+	colJS, err := jetstream.New(colNC)
+	if err != nil {
+		return nil, err
+	}
+	ew := envactor.New(envNC, envJS, envactor.Options{Concurrency: opts.Concurrency, Logger: opts.Logger})
+	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger})
+	runs := []func(context.Context) error{lw.Run, ew.Run, coll.Run}
+	for _, run := range runs {
+		wg.Go(func() {
+			if err := run(actx); err != nil {
+				opts.Logger.Error("actor stopped", "err", err)
+			}
+		})
+	}
+	return coll, nil
+}
+
+// mix derives an independent 64-bit value from a seed and an index.
+func mix(seed uint64, i int) uint64 {
+	h := fnv.New64a()
+	var b [16]byte
+	for k := range 8 {
+		b[k] = byte(seed >> (8 * k))
+		b[8+k] = byte(uint64(i) >> (8 * k))
+	}
+	h.Write(b[:])
+	return h.Sum64()
+}
+
+func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
+	var rows []DatasetRow
+	if opts.Dataset != "" {
+		var err error
+		if rows, err = ReadDataset(opts.Dataset); err != nil {
+			return nil, err
+		}
+	}
+	n := opts.NSamples
+	groups := len(rows)
+	switch {
+	case opts.Episodes > 0:
+		if opts.Episodes%n != 0 {
+			return nil, fmt.Errorf("fleet: --episodes %d is not a multiple of --n-samples %d", opts.Episodes, n)
+		}
+		groups = opts.Episodes / n
+	case len(rows) == 0:
+		return nil, errors.New("fleet: nothing to run: give --episodes or --dataset")
+	}
+	runID := strconv.FormatUint(mix(*opts.Seed, -1)^uint64(time.Now().UnixNano()), 36)
+	now := time.Now().UnixNano()
+	reqs := make([]*messages.EpisodeRequest, 0, groups*n)
+	for g := range groups {
+		row := DatasetRow{Env: opts.Env}
+		if len(rows) > 0 {
+			row = rows[g%len(rows)]
+			if row.Env == "" {
+				row.Env = opts.Env
+			}
+		}
+		if row.Env == "" {
+			return nil, fmt.Errorf("fleet: dataset row %d names no env and no --env is given", g%max(len(rows), 1)+1)
+		}
+		if _, err := envs.Lookup(row.Env); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		// The n samples of a group share the prompt and so the game instance.
+		envSeed := mix(*opts.Seed, 2*g)
+		for i := range n {
+			idx := g*n + i
+			sampleSeed := int64(mix(*opts.Seed, 2*idx+1) >> 1)
+			reqs = append(reqs, &messages.EpisodeRequest{
+				V: messages.Version, EpisodeID: fmt.Sprintf("%s-%06d", runID, idx),
+				GroupID: fmt.Sprintf("%s-g%06d", runID, g), SampleIndex: int32(i), GroupSize: int32(n),
+				Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
+				Label: row.Label,
+				Sampling: messages.SamplingParams{
+					Temperature: opts.Temperature, TopP: opts.TopP, MaxTokens: int32(opts.MaxTokens), Seed: &sampleSeed,
+				},
+				MaxLength: int32(opts.MaxLength), SubmitTime: now,
+			})
+		}
+	}
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+	}
+	return reqs, nil
+}
+
+// ReadDataset reads a JSONL dataset; every bad line is reported with its number.
+func ReadDataset(path string) ([]DatasetRow, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: dataset: %w", err)
+	}
+	var rows []DatasetRow
+	for i, line := range strings.Split(string(data), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var r DatasetRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return nil, fmt.Errorf("fleet: dataset %s line %d: %w", path, i+1, err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("fleet: dataset %s has no rows", path)
+	}
+	return rows, nil
+}
+
+// submit publishes every request to the episodes work queue and waits for
+// the store to acknowledge each.
+func submit(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, reqs []*messages.EpisodeRequest) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(reqs))
+	for _, r := range reqs {
+		data, err := messages.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("fleet: encode episode %s: %w", r.EpisodeID, err)
+		}
+		f, err := js.PublishAsync(subj.Episodes(r.Env), data, jetstream.WithMsgID(r.EpisodeID))
+		if err != nil {
+			return fmt.Errorf("fleet: submit episode %s: %w", r.EpisodeID, err)
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("fleet: submit episode %s: %w", reqs[i].EpisodeID, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// SuccessReward is GEM's reward for solving a game: an episode whose last
+// step earned it counts as a success.
+const SuccessReward = 1.0
+
+// Summary describes a finished run.
+type Summary struct {
+	Episodes     int // submitted
+	Trajectories int
+	Failures     int
+	Successes    int
+	Truncated    int
+	Turns        int
+	// Tokens counts observation tokens of all trajectories; ActionTokens the
+	// generated ones among them.
+	Tokens, ActionTokens int
+	RewardSum            float64
+	Wall                 time.Duration
+	// Malformed counts undecodable messages seen on the output streams.
+	Malformed int
+	// FailureReasons counts failures by reason.
+	FailureReasons map[string]int
+	// Groups after dynamic filtering (only when the collector ran here).
+	FilterOn                                     bool
+	GroupsKept, GroupsFiltered, GroupsIncomplete int
+}
+
+// SuccessRate is the share of trajectories that solved their game.
+func (s Summary) SuccessRate() float64 { return ratio(float64(s.Successes), s.Trajectories) }
+
+// MeanReward is the mean trajectory reward.
+func (s Summary) MeanReward() float64 { return ratio(s.RewardSum, s.Trajectories) }
+
+// MeanTurns is the mean number of model turns per trajectory.
+func (s Summary) MeanTurns() float64 { return ratio(float64(s.Turns), s.Trajectories) }
+
+// TurnsPerSecond is model turns per second of wall time.
+func (s Summary) TurnsPerSecond() float64 {
+	if s.Wall <= 0 {
+		return 0
+	}
+	return float64(s.Turns) / s.Wall.Seconds()
+}
+
+// PassRate is the share of complete groups kept by dynamic filtering.
+func (s Summary) PassRate() float64 {
+	return ratio(float64(s.GroupsKept), s.GroupsKept+s.GroupsFiltered)
+}
+
+func ratio(a float64, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / float64(b)
+}
+
+// String renders the one-line summary the CLI prints.
+func (s Summary) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "episodes=%d trajectories=%d success_rate=%.3f mean_reward=%.4f mean_turns=%.2f truncated=%d failures=%d tokens=%d action_tokens=%d turns=%d turns/s=%.0f wall=%s",
+		s.Episodes, s.Trajectories, s.SuccessRate(), s.MeanReward(), s.MeanTurns(), s.Truncated, s.Failures,
+		s.Tokens, s.ActionTokens, s.Turns, s.TurnsPerSecond(), s.Wall.Round(time.Millisecond))
+	if s.FilterOn {
+		fmt.Fprintf(&b, " groups_kept=%d groups_filtered=%d pass_rate=%.3f", s.GroupsKept, s.GroupsFiltered, s.PassRate())
+	}
+	if s.Malformed > 0 {
+		fmt.Fprintf(&b, " malformed_outputs=%d", s.Malformed)
+	}
+	if s.GroupsIncomplete > 0 {
+		fmt.Fprintf(&b, " groups_incomplete=%d", s.GroupsIncomplete)
+	}
+	if len(s.FailureReasons) > 0 {
+		reasons := make([]string, 0, len(s.FailureReasons))
+		for r := range s.FailureReasons {
+			reasons = append(reasons, r)
+		}
+		sort.Slice(reasons, func(i, j int) bool { return s.FailureReasons[reasons[i]] > s.FailureReasons[reasons[j]] })
+		for _, r := range reasons[:min(3, len(reasons))] {
+			fmt.Fprintf(&b, "\n  failure x%d: %s", s.FailureReasons[r], r)
+		}
+	}
+	return b.String()
+}
+
+// outcome is a raw trajectory or failure message from the output streams.
+type outcome struct {
+	kind string // "trajectory" or "failure"
+	data []byte
+}
+
+// gather consumes outcomes until every submitted episode has exactly one,
+// writing trajectories (and failures) as JSONL.
+func gather(ctx context.Context, opts Options, reqs []*messages.EpisodeRequest, results <-chan outcome) (Summary, error) {
+	pending := make(map[string]bool, len(reqs))
+	for _, r := range reqs {
+		pending[r.EpisodeID] = true
+	}
+	sum := Summary{Episodes: len(reqs), FailureReasons: map[string]int{}}
+	out := bufio.NewWriterSize(opts.Out, 1<<20)
+	var fout *bufio.Writer
+	var failures io.Writer // stays nil (not a nil *bufio.Writer) when unused
+	if opts.FailuresOut != nil {
+		fout = bufio.NewWriter(opts.FailuresOut)
+		failures = fout
+	}
+	flush := func() error {
+		if fout != nil {
+			if err := fout.Flush(); err != nil {
+				return fmt.Errorf("fleet: write failures: %w", err)
+			}
+		}
+		if err := out.Flush(); err != nil {
+			return fmt.Errorf("fleet: write trajectories: %w", err)
+		}
+		return nil
+	}
+	for len(pending) > 0 {
+		var o outcome
+		select {
+		case o = <-results:
+		case <-ctx.Done():
+			_ = flush()
+			return sum, fmt.Errorf("fleet: %d of %d episodes unfinished: %w", len(pending), len(reqs), ctx.Err())
+		}
+		var err error
+		switch o.kind {
+		case "trajectory":
+			err = sum.addTrajectory(o.data, pending, out)
+		default:
+			err = sum.addFailure(o.data, pending, failures)
+		}
+		if err != nil {
+			return sum, err
+		}
+		if opts.Progress != nil {
+			opts.Progress(len(reqs)-len(pending), len(reqs))
+		}
+	}
+	return sum, flush()
+}
+
+func (s *Summary) addTrajectory(data []byte, pending map[string]bool, out io.Writer) error {
+	t, err := messages.Decode[messages.Trajectory](data)
+	if err != nil {
+		s.Malformed++ // not ours to fix; the run goes on
+		return nil
+	}
+	if !pending[t.EpisodeID] {
+		return nil // another run's, or a duplicate
+	}
+	delete(pending, t.EpisodeID)
+	if err := writeJSONLine(out, t); err != nil {
+		return fmt.Errorf("fleet: write trajectory %s: %w", t.EpisodeID, err)
+	}
+	s.Trajectories++
+	s.Turns += int(t.Turns)
+	s.RewardSum += t.Reward
+	s.Tokens += len(t.ObservationTokens)
+	for _, r := range t.ActionRanges {
+		s.ActionTokens += int(r.End - r.Start)
+	}
+	if t.Truncated {
+		s.Truncated++
+	}
+	if n := len(t.StepRewards); n > 0 && t.StepRewards[n-1] == SuccessReward {
+		s.Successes++
+	}
+	return nil
+}
+
+func (s *Summary) addFailure(data []byte, pending map[string]bool, out io.Writer) error {
+	f, err := messages.Decode[messages.Failure](data)
+	if err != nil {
+		s.Malformed++
+		return nil
+	}
+	if !pending[f.EpisodeID] {
+		return nil
+	}
+	delete(pending, f.EpisodeID)
+	s.Failures++
+	s.FailureReasons[f.Reason]++
+	if out == nil {
+		return nil
+	}
+	if err := writeJSONLine(out, f); err != nil {
+		return fmt.Errorf("fleet: write failure %s: %w", f.EpisodeID, err)
+	}
+	return nil
+}
+
+// writeJSONLine writes v as one JSON line, leaving <, > and & unescaped so
+// chat markup such as <|im_end|> stays readable.
+func writeJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}

@@ -1,0 +1,224 @@
+package messages
+
+// Version is the wire version written into every message's V field. Decode rejects messages
+// without a version (V == 0) and messages newer than this build understands.
+const Version uint8 = 1
+
+// Error codes carried by GenerateReply.Code and TokenizeReply.Code.
+const (
+	// CodeContextLength means the prompt is too long for the model: the episode ends truncated,
+	// it does not fail.
+	CodeContextLength = "context_length"
+	// CodeInvalid means the request itself is bad; retrying it elsewhere cannot help.
+	CodeInvalid = "invalid"
+	// CodeUnavailable means no model endpoint could serve the request.
+	CodeUnavailable = "unavailable"
+)
+
+// Failure kinds, the last token of a failure subject.
+const (
+	// FailureEpisode records an episode that could not be completed.
+	FailureEpisode = "episode"
+	// FailureMalformed records a message that could not be decoded or validated.
+	FailureMalformed = "malformed"
+	// FailureInvariant records a trajectory that broke a DESIGN invariant when assembled.
+	FailureInvariant = "invariant"
+)
+
+// MaxIDLength bounds episode and group ids (and env ids), which become subject tokens and
+// JetStream message ids.
+const MaxIDLength = 512
+
+// MaxFailurePayload bounds Failure.Payload: enough of a malformed message to diagnose it without
+// copying the whole of it into the failure stream.
+const MaxFailurePayload = 1024
+
+// Tokens is a sequence of token ids. On the msgpack wire it is one bin value of packed
+// little-endian int32s; in JSON it is an array of numbers.
+type Tokens []int32
+
+// Logprobs is a sequence of per-token log-probabilities. On the msgpack wire it is one bin value
+// of packed little-endian float32s; in JSON it is an array of numbers, each the shortest decimal
+// that reads back as the same float32.
+type Logprobs []float32
+
+// Range is a half-open [Start, End) span of positions in Trajectory.ObservationTokens.
+// Its JSON form is the pair [start, end].
+type Range struct {
+	Start, End int32
+}
+
+// Ranges is a list of spans. On the msgpack wire it is one bin value of packed little-endian
+// int32 pairs (start, end); in JSON it is an array of [start, end] pairs.
+type Ranges []Range
+
+// SamplingParams are the per-episode sampling settings passed through to the model server.
+type SamplingParams struct {
+	Temperature float64  `msgpack:"t"  json:"temperature"`
+	TopP        float64  `msgpack:"p"  json:"top_p,omitempty"`      // 0 = unset (1.0)
+	TopK        int32    `msgpack:"k"  json:"top_k,omitempty"`      // 0 or -1 = off
+	MaxTokens   int32    `msgpack:"m"  json:"max_tokens,omitempty"` // per-turn cap, 0 = none
+	Stop        []string `msgpack:"s,omitempty" json:"stop,omitempty"`
+	Seed        *int64   `msgpack:"sd,omitempty" json:"seed,omitempty"`
+}
+
+// EpisodeRequest asks an env worker to run one episode; it is the work item of the episodes
+// stream.
+type EpisodeRequest struct {
+	V                uint8          `msgpack:"v"`
+	EpisodeID        string         `msgpack:"id"`
+	GroupID          string         `msgpack:"g"`
+	SampleIndex      int32          `msgpack:"i"`
+	GroupSize        int32          `msgpack:"n"` // n samples per prompt, ≥ 1
+	Env              string         `msgpack:"e"`
+	EnvOptions       []byte         `msgpack:"eo,omitempty"` // JSON object of env constructor overrides, or empty
+	EnvSeed          *uint64        `msgpack:"es,omitempty"` // seed of the env's RNG; nil = random
+	Prompt           string         `msgpack:"p,omitempty"`  // empty = the env's own instructions
+	ChatTemplate     bool           `msgpack:"ct,omitempty"` // wrap Prompt as the first user turn of the chat template
+	Label            string         `msgpack:"l,omitempty"`
+	Sampling         SamplingParams `msgpack:"sp"`
+	MaxLength        int32          `msgpack:"ml"`           // whole-trajectory token budget, > 0
+	MaxTurns         int32          `msgpack:"mt,omitempty"` // 0 = env default
+	SubmitTime       int64          `msgpack:"ts"`           // unix nanoseconds
+	MinPolicyVersion int64          `msgpack:"pv,omitempty"`
+}
+
+// GenerateRequest asks an LLM worker for one model turn, token ids in.
+type GenerateRequest struct {
+	V         uint8          `msgpack:"v"`
+	EpisodeID string         `msgpack:"id"`
+	Turn      int32          `msgpack:"tn"`
+	Prompt    Tokens         `msgpack:"pt"`
+	Sampling  SamplingParams `msgpack:"sp"`
+	MaxTokens int32          `msgpack:"m"` // this turn's budget, > 0
+}
+
+// GenerateReply answers a GenerateRequest: the sampled token ids exactly as the engine returned
+// them, with their log-probabilities, or an error with a Code.
+type GenerateReply struct {
+	V             uint8    `msgpack:"v"`
+	Tokens        Tokens   `msgpack:"tk"`
+	Logprobs      Logprobs `msgpack:"lp"`
+	Text          string   `msgpack:"tx"`
+	FinishReason  string   `msgpack:"fr"`
+	Endpoint      string   `msgpack:"ep"`
+	PolicyVersion int64    `msgpack:"pv,omitempty"`
+	Error         string   `msgpack:"err,omitempty"`
+	Code          string   `msgpack:"c,omitempty"`
+}
+
+// ChatMessage is one turn of a chat to be rendered by the model's chat template.
+type ChatMessage struct {
+	Role    string `msgpack:"r" json:"role"`
+	Content string `msgpack:"c" json:"content"`
+}
+
+// TokenizeRequest asks an LLM worker to tokenize either plain text or chat messages.
+type TokenizeRequest struct {
+	V                   uint8         `msgpack:"v"`
+	EpisodeID           string        `msgpack:"id,omitempty"` // for endpoint stickiness
+	Text                string        `msgpack:"tx,omitempty"`
+	Messages            []ChatMessage `msgpack:"ms,omitempty"`
+	AddGenerationPrompt bool          `msgpack:"ag,omitempty"`
+	AddSpecialTokens    bool          `msgpack:"as,omitempty"`
+}
+
+// TokenizeReply answers a TokenizeRequest.
+type TokenizeReply struct {
+	V      uint8  `msgpack:"v"`
+	Tokens Tokens `msgpack:"tk"`
+	Error  string `msgpack:"err,omitempty"`
+	Code   string `msgpack:"c,omitempty"`
+}
+
+// StepEvent is one model turn of an episode and the environment's answer to it, published by the
+// env worker and assembled by the collector.
+type StepEvent struct {
+	V              uint8              `msgpack:"v"`
+	EpisodeID      string             `msgpack:"id"`
+	Turn           int32              `msgpack:"tn"`           // 0-based model turn
+	Episode        *EpisodeRequest    `msgpack:"er,omitempty"` // turn 0 only: the request, so the collector needs nothing else
+	PromptTokens   Tokens             `msgpack:"pt,omitempty"` // turn 0 only
+	ActionTokens   Tokens             `msgpack:"at"`
+	ActionLogprobs Logprobs           `msgpack:"al"`
+	ActionText     string             `msgpack:"ax"`
+	FeedbackText   string             `msgpack:"fx"`
+	FeedbackTokens Tokens             `msgpack:"ft"`
+	Reward         float64            `msgpack:"r"`
+	Score          float64            `msgpack:"s"`
+	Done           bool               `msgpack:"d"`
+	Truncated      bool               `msgpack:"tr"`
+	FinishReason   string             `msgpack:"fr"`
+	ExtraLogs      map[string]float64 `msgpack:"xl,omitempty"`
+	EnvState       []byte             `msgpack:"st,omitempty"` // JSON snapshot of the env after this step
+	Endpoint       string             `msgpack:"ep,omitempty"`
+	PolicyVersion  int64              `msgpack:"pv,omitempty"`
+	GenerateNanos  int64              `msgpack:"gn,omitempty"`
+	StepNanos      int64              `msgpack:"sn,omitempty"`
+	Error          string             `msgpack:"err,omitempty"` // the episode failed at this turn; the collector emits a Failure
+}
+
+// IsEndMarker reports whether e only marks the end of its episode: no action tokens, Done and no
+// Error. The episode ended (for example at the context length) without another model turn, so
+// the marker is not counted as a turn.
+func (e *StepEvent) IsEndMarker() bool {
+	return len(e.ActionTokens) == 0 && e.Done && e.Error == ""
+}
+
+// Trajectory is one finished episode in exactly the form OpenRLHF's trainer consumes, plus
+// rollfleet's bookkeeping. The JSON field names are OpenRLHF's and are used for JSONL output.
+type Trajectory struct {
+	V                 uint8              `msgpack:"v" json:"-"`
+	EpisodeID         string             `msgpack:"id" json:"episode_id"`
+	GroupID           string             `msgpack:"g"  json:"group_id"`
+	SampleIndex       int32              `msgpack:"i"  json:"sample_index"`
+	GroupSize         int32              `msgpack:"n"  json:"group_size"`
+	Env               string             `msgpack:"e"  json:"env"`
+	EnvSeed           *uint64            `msgpack:"es,omitempty" json:"env_seed,omitempty"`
+	Prompt            string             `msgpack:"p"  json:"prompt"`
+	Label             string             `msgpack:"l"  json:"label"`
+	ObservationTokens Tokens             `msgpack:"ot" json:"observation_tokens"`
+	ActionRanges      Ranges             `msgpack:"ar" json:"action_ranges"`
+	RolloutLogProbs   Logprobs           `msgpack:"lp" json:"rollout_log_probs"`
+	Reward            float64            `msgpack:"r"  json:"reward"`
+	Scores            float64            `msgpack:"s"  json:"scores"`
+	ExtraLogs         map[string]float64 `msgpack:"xl" json:"extra_logs"`
+	Truncated         bool               `msgpack:"tr" json:"truncated"`
+	Turns             int32              `msgpack:"tn" json:"turns"`
+	StepRewards       []float64          `msgpack:"sr" json:"step_rewards"`
+	FinishReason      string             `msgpack:"fr" json:"finish_reason"`
+	PolicyVersions    []int64            `msgpack:"pv,omitempty" json:"policy_versions,omitempty"`
+	SubmitTime        int64              `msgpack:"ts" json:"submit_time_ns"`
+	DoneTime          int64              `msgpack:"dt" json:"done_time_ns"`
+	GenerateNanos     int64              `msgpack:"gn" json:"generate_ns"`
+}
+
+// Group is the n trajectories of one prompt, for group-baseline algorithms and dynamic filtering.
+type Group struct {
+	V            uint8        `msgpack:"v" json:"-"`
+	GroupID      string       `msgpack:"g" json:"group_id"`
+	Env          string       `msgpack:"e" json:"env"`
+	MeanScore    float64      `msgpack:"ms" json:"mean_score"`
+	Trajectories []Trajectory `msgpack:"t" json:"trajectories"`
+}
+
+// Failure records an episode or a message that could not be completed, with the reason, so that
+// every submitted episode yields exactly one trajectory or one failure.
+type Failure struct {
+	V         uint8  `msgpack:"v" json:"-"`
+	EpisodeID string `msgpack:"id,omitempty" json:"episode_id,omitempty"`
+	GroupID   string `msgpack:"g,omitempty" json:"group_id,omitempty"`
+	Env       string `msgpack:"e,omitempty" json:"env,omitempty"`
+	Kind      string `msgpack:"k" json:"kind"` // FailureEpisode, FailureMalformed, FailureInvariant …
+	Reason    string `msgpack:"r" json:"reason"`
+	Subject   string `msgpack:"sj,omitempty" json:"subject,omitempty"`
+	Turn      int32  `msgpack:"tn,omitempty" json:"turn,omitempty"`
+	Time      int64  `msgpack:"ts" json:"time_ns"`
+	Payload   []byte `msgpack:"pl,omitempty" json:"payload,omitempty"` // first bytes of a malformed message (≤ MaxFailurePayload)
+}
+
+// FailurePayload returns a copy of at most the first MaxFailurePayload bytes of data, for
+// Failure.Payload: the copy keeps the record independent of a buffer the caller may reuse.
+func FailurePayload(data []byte) []byte {
+	return append([]byte(nil), data[:min(len(data), MaxFailurePayload)]...)
+}

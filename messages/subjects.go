@@ -1,0 +1,203 @@
+package messages
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix used when none is configured.
+const DefaultPrefix = "rf"
+
+// Subjects names rollfleet's subjects and JetStream streams under one prefix, so that several
+// fleets can share a NATS account. The zero value uses DefaultPrefix.
+type Subjects struct {
+	Prefix string
+}
+
+// NewSubjects returns the subjects under prefix, or under DefaultPrefix when prefix is empty.
+// It panics if prefix is not valid (see ValidatePrefix), which callers taking the prefix from
+// user input should check first.
+func NewSubjects(prefix string) Subjects {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := ValidatePrefix(prefix); err != nil {
+		panic(err)
+	}
+	return Subjects{Prefix: prefix}
+}
+
+// ValidatePrefix reports whether prefix is usable as a subject prefix: one or more dot-separated
+// tokens of ASCII letters, digits, '-' and '_'. The restriction is narrower than NATS's so that
+// the stream names derived from the prefix are valid as well.
+func ValidatePrefix(prefix string) error {
+	for tok := range strings.SplitSeq(prefix, ".") {
+		if tok == "" {
+			return fmt.Errorf("messages: subject prefix %q: empty token", prefix)
+		}
+		for i := 0; i < len(tok); i++ {
+			if c := tok[i]; !isAlnum(c) && c != '-' && c != '_' {
+				return fmt.Errorf("messages: subject prefix %q: character %q not allowed (only letters, digits, '-', '_' and '.' between tokens)", prefix, c)
+			}
+		}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+func (s Subjects) subject(kind, last string) string { return s.prefix() + "." + kind + "." + last }
+
+// stream names a stream: the prefix upper-cased, with '.' (not allowed in stream names) as '_'.
+func (s Subjects) stream(kind string) string {
+	return strings.ToUpper(strings.ReplaceAll(s.prefix(), ".", "_")) + "_" + kind
+}
+
+// Episodes is the work-queue subject of an env's EpisodeRequests: <prefix>.episodes.<Token(env)>.
+func (s Subjects) Episodes(env string) string { return s.subject("episodes", Token(env)) }
+
+// EpisodesAll matches the EpisodeRequests of every env.
+func (s Subjects) EpisodesAll() string { return s.subject("episodes", ">") }
+
+// Generate is the request/reply subject of GenerateRequest.
+func (s Subjects) Generate() string { return s.subject("llm", "generate") }
+
+// Tokenize is the request/reply subject of TokenizeRequest.
+func (s Subjects) Tokenize() string { return s.subject("llm", "tokenize") }
+
+// Steps is the subject of an episode's StepEvents: <prefix>.steps.<Token(episode)>.
+func (s Subjects) Steps(episode string) string { return s.subject("steps", Token(episode)) }
+
+// StepsAll matches the StepEvents of every episode.
+func (s Subjects) StepsAll() string { return s.subject("steps", ">") }
+
+// Trajectories is the subject of an env's Trajectories: <prefix>.trajectories.<Token(env)>.
+func (s Subjects) Trajectories(env string) string { return s.subject("trajectories", Token(env)) }
+
+// TrajectoriesAll matches the Trajectories of every env.
+func (s Subjects) TrajectoriesAll() string { return s.subject("trajectories", ">") }
+
+// Groups is the subject of an env's Groups: <prefix>.groups.<Token(env)>.
+func (s Subjects) Groups(env string) string { return s.subject("groups", Token(env)) }
+
+// GroupsAll matches the Groups of every env.
+func (s Subjects) GroupsAll() string { return s.subject("groups", ">") }
+
+// Failures is the subject of Failure records of one kind: <prefix>.failures.<Token(kind)>.
+func (s Subjects) Failures(kind string) string { return s.subject("failures", Token(kind)) }
+
+// FailuresAll matches the Failure records of every kind.
+func (s Subjects) FailuresAll() string { return s.subject("failures", ">") }
+
+// StreamEpisodes names the stream holding EpisodesAll, e.g. "RF_EPISODES".
+func (s Subjects) StreamEpisodes() string { return s.stream("EPISODES") }
+
+// StreamSteps names the stream holding StepsAll, e.g. "RF_STEPS".
+func (s Subjects) StreamSteps() string { return s.stream("STEPS") }
+
+// StreamTrajectories names the stream holding TrajectoriesAll, e.g. "RF_TRAJECTORIES".
+func (s Subjects) StreamTrajectories() string { return s.stream("TRAJECTORIES") }
+
+// StreamGroups names the stream holding GroupsAll, e.g. "RF_GROUPS".
+func (s Subjects) StreamGroups() string { return s.stream("GROUPS") }
+
+// StreamFailures names the stream holding FailuresAll, e.g. "RF_FAILURES".
+func (s Subjects) StreamFailures() string { return s.stream("FAILURES") }
+
+// emptyToken stands for the empty string. Every '%' that Token writes for a non-empty string is
+// followed by two hex digits, so a lone '%' cannot collide with any other encoding.
+const emptyToken = "%"
+
+const upperHex = "0123456789ABCDEF"
+
+// escaped reports whether Token escapes c: the subject separators and wildcards, the escape
+// character itself, and every byte that is not printable ASCII (whitespace, controls and the
+// bytes of non-ASCII UTF-8, which NATS tooling does not all accept).
+func escaped(c byte) bool {
+	return c <= ' ' || c >= 0x7f || c == '.' || c == '*' || c == '>' || c == '%'
+}
+
+// Token encodes any string as one valid, non-empty NATS subject token. Bytes that cannot appear
+// in a token, and '%', become %XX (uppercase hex); other bytes stay as they are; the empty string
+// becomes "%". The encoding is injective, so distinct ids never share a subject, and ParseToken
+// inverts it. A string that needs no escaping is returned without allocating.
+func Token(s string) string {
+	if s == "" {
+		return emptyToken
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if escaped(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if escaped(c) {
+			b.WriteByte('%')
+			b.WriteByte(upperHex[c>>4])
+			b.WriteByte(upperHex[c&0x0f])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// ParseToken returns the string that Token encoded as tok. It accepts only Token's exact output,
+// so Token(s) == tok whenever it succeeds.
+func ParseToken(tok string) (string, error) {
+	if tok == emptyToken {
+		return "", nil
+	}
+	if tok == "" {
+		return "", fmt.Errorf("messages: subject token is empty")
+	}
+	var b strings.Builder
+	b.Grow(len(tok))
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if c != '%' {
+			if escaped(c) {
+				return "", fmt.Errorf("messages: subject token %q: byte %q at %d should be escaped", tok, c, i)
+			}
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(tok) {
+			return "", fmt.Errorf("messages: subject token %q: truncated escape at %d", tok, i)
+		}
+		hi, lo := strings.IndexByte(upperHex, tok[i+1]), strings.IndexByte(upperHex, tok[i+2])
+		if hi < 0 || lo < 0 || !escaped(byte(hi<<4|lo)) {
+			return "", fmt.Errorf("messages: subject token %q: invalid escape %q at %d", tok, tok[i:i+3], i)
+		}
+		b.WriteByte(byte(hi<<4 | lo))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// StepMsgID is the JetStream de-duplication id of a StepEvent: "<episode>/<turn>". The turn
+// follows the last '/', so distinct (episode, turn) pairs never share an id.
+func StepMsgID(episode string, turn int32) string {
+	return episode + "/" + strconv.FormatInt(int64(turn), 10)
+}
+
+// TrajectoryMsgID is the JetStream de-duplication id of a Trajectory: its episode id, since an
+// episode has exactly one trajectory.
+func TrajectoryMsgID(episode string) string { return episode }

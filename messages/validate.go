@@ -1,0 +1,476 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+)
+
+var (
+	// ErrInvalid is matched (errors.Is) by every validation error.
+	ErrInvalid = errors.New("invalid message")
+	// ErrVersion is matched, besides ErrInvalid, by validation errors about V: a missing version
+	// or one newer than Version. A consumer may leave a newer message for an upgraded worker
+	// instead of recording it as failed.
+	ErrVersion = errors.New("unsupported message version")
+)
+
+// ValidationError names the field of a message that breaks a rule.
+type ValidationError struct {
+	// Field is the path from the message type, e.g. "EpisodeRequest.max_length",
+	// "StepEvent.episode.sampling.top_p" or "Group.trajectories[2].reward".
+	Field string
+	// Reason says which rule the field breaks and with what value.
+	Reason string
+
+	version bool
+}
+
+// Error returns "messages: <Field>: <Reason>".
+func (e *ValidationError) Error() string { return "messages: " + e.Field + ": " + e.Reason }
+
+// Is matches ErrInvalid, and ErrVersion for errors about V.
+func (e *ValidationError) Is(target error) bool {
+	return target == ErrInvalid || e.version && target == ErrVersion
+}
+
+// in prefixes e's field path with parent. The path is built only on failure, so validating a
+// good message allocates nothing.
+func (e *ValidationError) in(parent string) *ValidationError {
+	if e != nil {
+		e.Field = parent + "." + e.Field
+	}
+	return e
+}
+
+// asError converts a nil *ValidationError to a nil error.
+func asError(e *ValidationError) error {
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
+func invalid(field, format string, args ...any) *ValidationError {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// first returns the first failed check.
+func first(checks ...*ValidationError) *ValidationError {
+	for _, e := range checks {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func checkVersion(v uint8) *ValidationError {
+	switch {
+	case v == 0:
+		return &ValidationError{Field: "v", Reason: "missing version (0)", version: true}
+	case v > Version:
+		return &ValidationError{Field: "v", Reason: fmt.Sprintf("version %d is newer than supported %d", v, Version), version: true}
+	}
+	return nil
+}
+
+// checkID checks a required id: non-empty and at most MaxIDLength bytes.
+func checkID(field, id string) *ValidationError {
+	if id == "" {
+		return invalid(field, "must not be empty")
+	}
+	return checkOptionalID(field, id)
+}
+
+// checkOptionalID checks an id that may be empty.
+func checkOptionalID(field, id string) *ValidationError {
+	if len(id) > MaxIDLength {
+		return invalid(field, "%d bytes, longer than %d", len(id), MaxIDLength)
+	}
+	return nil
+}
+
+func checkNonEmpty(field, s string) *ValidationError {
+	if s == "" {
+		return invalid(field, "must not be empty")
+	}
+	return nil
+}
+
+func checkFinite(field string, x float64) *ValidationError {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return invalid(field, "must be finite, got %v", x)
+	}
+	return nil
+}
+
+// checkFiniteLogprobs checks that lp[from:to] are finite; errors name the index in lp.
+func checkFiniteLogprobs(field string, lp Logprobs, from, to int) *ValidationError {
+	for i := from; i < to; i++ {
+		if x := float64(lp[i]); math.IsNaN(x) || math.IsInf(x, 0) {
+			return invalid(fmt.Sprintf("%s[%d]", field, i), "must be finite, got %v", x)
+		}
+	}
+	return nil
+}
+
+// checkZeroLogprobs checks that lp[from:to], positions outside every action, are exactly 0.
+func checkZeroLogprobs(field string, lp Logprobs, from, to int) *ValidationError {
+	for i := from; i < to; i++ {
+		if lp[i] != 0 {
+			return invalid(fmt.Sprintf("%s[%d]", field, i), "must be 0 outside action ranges, got %v", lp[i])
+		}
+	}
+	return nil
+}
+
+func checkFiniteLogs(field string, logs map[string]float64) *ValidationError {
+	for k, x := range logs {
+		if e := checkFinite(field, x); e != nil {
+			e.Field = fmt.Sprintf("%s[%q]", field, k)
+			return e
+		}
+	}
+	return nil
+}
+
+// checkSample checks a sample's place in its group: group_size ≥ 1 and 0 ≤ sample_index < group_size.
+func checkSample(index, size int32) *ValidationError {
+	if size < 1 {
+		return invalid("group_size", "must be >= 1, got %d", size)
+	}
+	if index < 0 || index >= size {
+		return invalid("sample_index", "must be in [0, %d), got %d", size, index)
+	}
+	return nil
+}
+
+// checkReplyError checks that a reply reporting an error also says what kind.
+func checkReplyError(errText, code string) *ValidationError {
+	if errText != "" && code == "" {
+		return invalid("code", "must not be empty when error is set (error: %q)", errText)
+	}
+	return nil
+}
+
+// Validate checks the sampling rules: temperature finite and ≥ 0; top_p 0 (unset) or in (0, 1];
+// top_k ≥ -1; max_tokens ≥ 0.
+func (p *SamplingParams) Validate() error { return asError(p.validate().in("SamplingParams")) }
+
+func (p *SamplingParams) validate() *ValidationError {
+	switch {
+	case !(p.Temperature >= 0) || math.IsInf(p.Temperature, 0):
+		return invalid("temperature", "must be finite and >= 0, got %v", p.Temperature)
+	case p.TopP != 0 && !(p.TopP > 0 && p.TopP <= 1):
+		return invalid("top_p", "must be 0 (unset) or in (0, 1], got %v", p.TopP)
+	case p.TopK < -1:
+		return invalid("top_k", "must be >= -1, got %d", p.TopK)
+	case p.MaxTokens < 0:
+		return invalid("max_tokens", "must be >= 0, got %d", p.MaxTokens)
+	}
+	return nil
+}
+
+// Validate checks an episode request: V == Version; episode_id, group_id and env non-empty ids;
+// group_size ≥ 1 and 0 ≤ sample_index < group_size; env_options empty or a JSON object;
+// sampling valid; max_length > 0; max_turns ≥ 0.
+func (r *EpisodeRequest) Validate() error { return asError(r.validate().in("EpisodeRequest")) }
+
+func (r *EpisodeRequest) validate() *ValidationError {
+	return first(
+		checkVersion(r.V),
+		checkID("episode_id", r.EpisodeID),
+		checkID("group_id", r.GroupID),
+		checkID("env", r.Env),
+		checkSample(r.SampleIndex, r.GroupSize),
+		checkEnvOptions(r.EnvOptions),
+		r.Sampling.validate().in("sampling"),
+		checkPositive("max_length", r.MaxLength),
+		checkNonNegative("max_turns", r.MaxTurns),
+	)
+}
+
+func checkEnvOptions(opts []byte) *ValidationError {
+	if len(opts) == 0 {
+		return nil
+	}
+	if !json.Valid(opts) || bytes.TrimLeft(opts, " \t\r\n")[0] != '{' {
+		return invalid("env_options", "must be empty or a JSON object, got %.64q", opts)
+	}
+	return nil
+}
+
+func checkPositive(field string, n int32) *ValidationError {
+	if n <= 0 {
+		return invalid(field, "must be > 0, got %d", n)
+	}
+	return nil
+}
+
+func checkNonNegative(field string, n int32) *ValidationError {
+	if n < 0 {
+		return invalid(field, "must be >= 0, got %d", n)
+	}
+	return nil
+}
+
+// Validate checks a generate request: V == Version; episode_id a non-empty id; turn ≥ 0; prompt
+// non-empty; sampling valid; max_tokens > 0.
+func (r *GenerateRequest) Validate() error { return asError(r.validate().in("GenerateRequest")) }
+
+func (r *GenerateRequest) validate() *ValidationError {
+	var prompt *ValidationError
+	if len(r.Prompt) == 0 {
+		prompt = invalid("prompt", "must not be empty")
+	}
+	return first(
+		checkVersion(r.V),
+		checkID("episode_id", r.EpisodeID),
+		checkNonNegative("turn", r.Turn),
+		prompt,
+		r.Sampling.validate().in("sampling"),
+		checkPositive("max_tokens", r.MaxTokens),
+	)
+}
+
+// Validate checks a generate reply: V == Version. A successful reply (Error empty) has non-empty
+// tokens, one finite logprob per token and a finish_reason; a failed one has a code.
+func (r *GenerateReply) Validate() error { return asError(r.validate().in("GenerateReply")) }
+
+func (r *GenerateReply) validate() *ValidationError {
+	if e := checkVersion(r.V); e != nil {
+		return e
+	}
+	if r.Error != "" {
+		return checkReplyError(r.Error, r.Code)
+	}
+	switch {
+	case len(r.Tokens) == 0:
+		return invalid("tokens", "must not be empty")
+	case len(r.Logprobs) != len(r.Tokens):
+		return invalid("logprobs", "%d logprobs for %d tokens", len(r.Logprobs), len(r.Tokens))
+	}
+	return first(
+		checkFiniteLogprobs("logprobs", r.Logprobs, 0, len(r.Logprobs)),
+		checkNonEmpty("finish_reason", r.FinishReason),
+	)
+}
+
+// Validate checks a tokenize request: V == Version; episode_id at most MaxIDLength bytes; exactly
+// one of text and messages non-empty; every message has a role.
+func (r *TokenizeRequest) Validate() error { return asError(r.validate().in("TokenizeRequest")) }
+
+func (r *TokenizeRequest) validate() *ValidationError {
+	if e := first(checkVersion(r.V), checkOptionalID("episode_id", r.EpisodeID)); e != nil {
+		return e
+	}
+	switch {
+	case r.Text == "" && len(r.Messages) == 0:
+		return invalid("text", "one of text and messages is required")
+	case r.Text != "" && len(r.Messages) != 0:
+		return invalid("messages", "must be empty when text is set")
+	}
+	for i, m := range r.Messages {
+		if m.Role == "" {
+			return invalid(fmt.Sprintf("messages[%d].role", i), "must not be empty")
+		}
+	}
+	return nil
+}
+
+// Validate checks a tokenize reply: V == Version; a failed reply has a code.
+func (r *TokenizeReply) Validate() error { return asError(r.validate().in("TokenizeReply")) }
+
+func (r *TokenizeReply) validate() *ValidationError {
+	return first(checkVersion(r.V), checkReplyError(r.Error, r.Code))
+}
+
+// Validate checks a step event: V == Version; episode_id a non-empty id; turn ≥ 0. Unless the
+// event reports an Error: turn 0 carries a valid Episode with the same episode id and non-empty
+// prompt_tokens; one logprob per action token; logprobs, reward, score and extra_logs finite; no
+// action tokens only in an end marker (Done).
+func (e *StepEvent) Validate() error { return asError(e.validate().in("StepEvent")) }
+
+func (e *StepEvent) validate() *ValidationError {
+	if err := first(
+		checkVersion(e.V),
+		checkID("episode_id", e.EpisodeID),
+		checkNonNegative("turn", e.Turn),
+	); err != nil || e.Error != "" {
+		return err
+	}
+	if e.Turn == 0 {
+		switch {
+		case e.Episode == nil:
+			return invalid("episode", "required at turn 0")
+		case len(e.PromptTokens) == 0:
+			return invalid("prompt_tokens", "must not be empty at turn 0")
+		}
+	}
+	if e.Episode != nil {
+		if err := e.Episode.validate(); err != nil {
+			return err.in("episode")
+		}
+		if e.Episode.EpisodeID != e.EpisodeID {
+			return invalid("episode.episode_id", "%q differs from the event's %q", e.Episode.EpisodeID, e.EpisodeID)
+		}
+	}
+	switch {
+	case len(e.ActionLogprobs) != len(e.ActionTokens):
+		return invalid("action_logprobs", "%d logprobs for %d action tokens", len(e.ActionLogprobs), len(e.ActionTokens))
+	case len(e.ActionTokens) == 0 && !e.Done:
+		return invalid("action_tokens", "empty, which only an end marker (done) may be")
+	}
+	return first(
+		checkFiniteLogprobs("action_logprobs", e.ActionLogprobs, 0, len(e.ActionLogprobs)),
+		checkFinite("reward", e.Reward),
+		checkFinite("score", e.Score),
+		checkFiniteLogs("extra_logs", e.ExtraLogs),
+	)
+}
+
+// Validate checks a trajectory against the invariants that the record alone can show: V ==
+// Version; ids, env and the sample's place in its group as for EpisodeRequest; one rollout logprob
+// per observation token; action ranges sorted, non-overlapping, non-empty and inside the tokens;
+// logprobs exactly 0 outside the ranges and finite inside; one range and one step reward per turn;
+// reward equal to the step rewards summed left to right; reward, scores and extra_logs finite.
+func (t *Trajectory) Validate() error { return asError(t.validate().in("Trajectory")) }
+
+func (t *Trajectory) validate() *ValidationError {
+	if e := first(
+		checkVersion(t.V),
+		checkID("episode_id", t.EpisodeID),
+		checkID("group_id", t.GroupID),
+		checkID("env", t.Env),
+		checkSample(t.SampleIndex, t.GroupSize),
+	); e != nil {
+		return e
+	}
+	switch {
+	case len(t.RolloutLogProbs) != len(t.ObservationTokens):
+		return invalid("rollout_log_probs", "%d logprobs for %d observation tokens", len(t.RolloutLogProbs), len(t.ObservationTokens))
+	case t.Turns < 0:
+		return invalid("turns", "must be >= 0, got %d", t.Turns)
+	case len(t.ActionRanges) != int(t.Turns):
+		return invalid("action_ranges", "%d ranges for %d turns", len(t.ActionRanges), t.Turns)
+	case len(t.StepRewards) != int(t.Turns):
+		return invalid("step_rewards", "%d step rewards for %d turns", len(t.StepRewards), t.Turns)
+	}
+	if e := t.checkActions(); e != nil {
+		return e
+	}
+	if e := first(
+		checkFinite("reward", t.Reward),
+		checkFinite("scores", t.Scores),
+		checkFiniteLogs("extra_logs", t.ExtraLogs),
+	); e != nil {
+		return e
+	}
+	var sum float64
+	for _, r := range t.StepRewards {
+		sum += r
+	}
+	if t.Reward != sum {
+		return invalid("reward", "%v is not the sum of step_rewards %v", t.Reward, sum)
+	}
+	return nil
+}
+
+// checkActions checks the action ranges and the logprobs they delimit.
+func (t *Trajectory) checkActions() *ValidationError {
+	const field = "rollout_log_probs"
+	lp := t.RolloutLogProbs
+	prevEnd := 0
+	for i, r := range t.ActionRanges {
+		start, end := int(r.Start), int(r.End)
+		var reason string
+		switch {
+		case start >= end:
+			reason = "is empty"
+		case start < prevEnd:
+			reason = fmt.Sprintf("starts before the previous range ends at %d", prevEnd)
+		case end > len(lp):
+			reason = fmt.Sprintf("ends past the %d observation tokens", len(lp))
+		}
+		if reason != "" {
+			return invalid(fmt.Sprintf("action_ranges[%d]", i), "[%d, %d) %s", start, end, reason)
+		}
+		if e := first(
+			checkZeroLogprobs(field, lp, prevEnd, start),
+			checkFiniteLogprobs(field, lp, start, end),
+		); e != nil {
+			return e
+		}
+		prevEnd = end
+	}
+	return checkZeroLogprobs(field, lp, prevEnd, len(lp))
+}
+
+// Validate checks a group: V == Version; group_id and env non-empty ids; mean_score finite; at
+// least one trajectory; every trajectory valid, of this group and env, with group_size equal to
+// the number of trajectories, and each sample index present once.
+func (g *Group) Validate() error { return asError(g.validate().in("Group")) }
+
+func (g *Group) validate() *ValidationError {
+	if e := first(
+		checkVersion(g.V),
+		checkID("group_id", g.GroupID),
+		checkID("env", g.Env),
+		checkFinite("mean_score", g.MeanScore),
+	); e != nil {
+		return e
+	}
+	if len(g.Trajectories) == 0 {
+		return invalid("trajectories", "must not be empty")
+	}
+	seen := make([]bool, len(g.Trajectories))
+	for i := range g.Trajectories {
+		if e := g.checkMember(&g.Trajectories[i], seen); e != nil {
+			return e.in(fmt.Sprintf("trajectories[%d]", i))
+		}
+	}
+	return nil
+}
+
+// checkMember checks one trajectory of g and marks its sample index in seen.
+func (g *Group) checkMember(t *Trajectory, seen []bool) *ValidationError {
+	if e := t.validate(); e != nil {
+		return e
+	}
+	switch {
+	case t.GroupID != g.GroupID:
+		return invalid("group_id", "%q differs from the group's %q", t.GroupID, g.GroupID)
+	case t.Env != g.Env:
+		return invalid("env", "%q differs from the group's %q", t.Env, g.Env)
+	case int(t.GroupSize) != len(seen):
+		return invalid("group_size", "%d, but the group has %d trajectories", t.GroupSize, len(seen))
+	case seen[t.SampleIndex]:
+		return invalid("sample_index", "%d appears twice in the group", t.SampleIndex)
+	}
+	seen[t.SampleIndex] = true
+	return nil
+}
+
+// Validate checks a failure record: V == Version; kind and reason non-empty; ids and env at most
+// MaxIDLength bytes; turn ≥ 0; payload at most MaxFailurePayload bytes.
+func (f *Failure) Validate() error { return asError(f.validate().in("Failure")) }
+
+func (f *Failure) validate() *ValidationError {
+	var payload *ValidationError
+	if len(f.Payload) > MaxFailurePayload {
+		payload = invalid("payload", "%d bytes, longer than %d", len(f.Payload), MaxFailurePayload)
+	}
+	return first(
+		checkVersion(f.V),
+		checkNonEmpty("kind", f.Kind),
+		checkNonEmpty("reason", f.Reason),
+		checkOptionalID("episode_id", f.EpisodeID),
+		checkOptionalID("group_id", f.GroupID),
+		checkOptionalID("env", f.Env),
+		checkNonNegative("turn", f.Turn),
+		payload,
+	)
+}

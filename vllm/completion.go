@@ -1,0 +1,201 @@
+package vllm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// CompletionRequest is one generation from a token-id prompt. Fields left
+// at zero are omitted where noted, so the server's default applies.
+type CompletionRequest struct {
+	Prompt       []int32 // the prompt's token ids; must not be empty
+	MaxTokens    int     // required, > 0 (vLLM's default of 16 is never relied on)
+	Temperature  float64 // always sent; 0 is greedy
+	TopP         float64 // in [0, 1]; 0 = omit (server default 1)
+	TopK         int     // 0 = omit; -1 = off
+	Seed         *int64  // nil = omit
+	Stop         []string
+	StopTokenIDs []int32
+}
+
+// Completion is what the engine generated: the sampled token ids, each with
+// its logprob, exactly as sampled.
+type Completion struct {
+	TokenIDs     []int32
+	Logprobs     []float32 // the sampled token's logprob, aligned with TokenIDs
+	Text         string
+	FinishReason string // "stop" | "length" | other engine values passed through
+	StopReason   string // "" when null; the decimal id for a stop token, the string for a stop string
+	PromptTokens int    // usage.prompt_tokens
+}
+
+func (r *CompletionRequest) validate() error {
+	switch {
+	case len(r.Prompt) == 0:
+		return errors.New("empty prompt")
+	case r.MaxTokens <= 0:
+		return fmt.Errorf("MaxTokens %d, must be > 0", r.MaxTokens)
+	case math.IsNaN(r.Temperature) || math.IsInf(r.Temperature, 0) || r.Temperature < 0:
+		return fmt.Errorf("Temperature %v, must be finite and >= 0", r.Temperature)
+	case !(r.TopP >= 0 && r.TopP <= 1):
+		return fmt.Errorf("TopP %v, must be in [0, 1]", r.TopP)
+	case r.TopK < -1:
+		return fmt.Errorf("TopK %d, must be >= -1", r.TopK)
+	}
+	return nil
+}
+
+// Complete sends POST /v1/completions with the prompt as token ids and asks
+// for exactly what a trainer needs back: the generated token ids
+// (return_token_ids), the sampled token's logprob (logprobs: 0, tokens as
+// "token_id:<id>"), special tokens kept in the text, one choice.
+func (c *Client) Complete(ctx context.Context, req CompletionRequest) (Completion, error) {
+	if err := req.validate(); err != nil {
+		return Completion{}, fmt.Errorf("vllm: complete: invalid request: %w", err)
+	}
+	model, err := c.modelName(ctx)
+	if err != nil {
+		return Completion{}, err
+	}
+	body := encode(func(b []byte) []byte { return appendCompletionRequest(b, model, &req) })
+	buf, err := c.do(ctx, c.completionsURL, body)
+	if err != nil {
+		return Completion{}, opError("complete", c.completionsURL, err)
+	}
+	defer putBuffer(buf)
+	comp, err := decodeCompletion(buf.Bytes())
+	if err != nil {
+		return Completion{}, opError("complete", c.completionsURL, err)
+	}
+	return comp, nil
+}
+
+func appendCompletionRequest(b []byte, model string, r *CompletionRequest) []byte {
+	b = append(b, `{"model":`...)
+	b = appendString(b, model)
+	b = append(b, `,"prompt":`...)
+	b = appendInt32s(b, r.Prompt)
+	b = append(b, `,"max_tokens":`...)
+	b = strconv.AppendInt(b, int64(r.MaxTokens), 10)
+	b = append(b, `,"temperature":`...)
+	b = appendFloat(b, r.Temperature)
+	if r.TopP != 0 {
+		b = append(b, `,"top_p":`...)
+		b = appendFloat(b, r.TopP)
+	}
+	if r.TopK != 0 {
+		b = append(b, `,"top_k":`...)
+		b = strconv.AppendInt(b, int64(r.TopK), 10)
+	}
+	if r.Seed != nil {
+		b = append(b, `,"seed":`...)
+		b = strconv.AppendInt(b, *r.Seed, 10)
+	}
+	if len(r.Stop) > 0 {
+		b = append(b, `,"stop":[`...)
+		for i, s := range r.Stop {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, s)
+		}
+		b = append(b, ']')
+	}
+	if len(r.StopTokenIDs) > 0 {
+		b = append(b, `,"stop_token_ids":`...)
+		b = appendInt32s(b, r.StopTokenIDs)
+	}
+	return append(b, `,"n":1,"logprobs":0,"return_tokens_as_token_ids":true,"return_token_ids":true,"skip_special_tokens":false}`...)
+}
+
+// completionResponse is the part of vLLM's completion response the client
+// reads; the rest (top_logprobs, text_offset, prompt_token_ids) is skipped.
+type completionResponse struct {
+	Choices []completionChoice `json:"choices"`
+	Usage   struct {
+		PromptTokens int `json:"prompt_tokens"`
+	} `json:"usage"`
+}
+
+type completionChoice struct {
+	Text     string `json:"text"`
+	Logprobs struct {
+		TokenLogprobs logprobList `json:"token_logprobs"`
+	} `json:"logprobs"`
+	FinishReason string      `json:"finish_reason"`
+	StopReason   stopReason  `json:"stop_reason"`
+	TokenIDs     tokenIDList `json:"token_ids"`
+}
+
+// tokenStrings is the fallback source of token ids, for servers that do
+// not return token_ids: the "token_id:<id>" strings of the logprobs.
+type tokenStrings struct {
+	Choices []struct {
+		Logprobs struct {
+			Tokens []string `json:"tokens"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+}
+
+// decodeCompletion parses and checks a completion response body.
+func decodeCompletion(data []byte) (Completion, error) {
+	var r completionResponse
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Completion{}, fmt.Errorf("%w: %w", ErrBadResponse, err)
+	}
+	if len(r.Choices) != 1 {
+		return Completion{}, fmt.Errorf("%w: %d choices, want 1", ErrBadResponse, len(r.Choices))
+	}
+	ch := &r.Choices[0]
+	if !ch.Logprobs.TokenLogprobs.set {
+		return Completion{}, fmt.Errorf("%w: no logprobs.token_logprobs", ErrBadResponse)
+	}
+	ids := ch.TokenIDs.ids
+	if !ch.TokenIDs.set {
+		var err error
+		if ids, err = idsFromTokenStrings(data); err != nil {
+			return Completion{}, fmt.Errorf("%w: no token_ids, and %w", ErrBadResponse, err)
+		}
+	}
+	lps := ch.Logprobs.TokenLogprobs.vals
+	if len(ids) != len(lps) {
+		return Completion{}, fmt.Errorf("%w: %d token ids but %d logprobs", ErrBadResponse, len(ids), len(lps))
+	}
+	if ch.FinishReason == "" {
+		return Completion{}, fmt.Errorf("%w: no finish_reason", ErrBadResponse)
+	}
+	return Completion{
+		TokenIDs:     ids,
+		Logprobs:     lps,
+		Text:         ch.Text,
+		FinishReason: ch.FinishReason,
+		StopReason:   string(ch.StopReason),
+		PromptTokens: r.Usage.PromptTokens,
+	}, nil
+}
+
+// idsFromTokenStrings reads the token ids from logprobs.tokens. It decodes
+// the body a second time, which only servers without token_ids pay for.
+func idsFromTokenStrings(data []byte) ([]int32, error) {
+	var r tokenStrings
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("logprobs.tokens: %w", err)
+	}
+	if len(r.Choices) != 1 || r.Choices[0].Logprobs.Tokens == nil {
+		return nil, errors.New("no logprobs.tokens")
+	}
+	toks := r.Choices[0].Logprobs.Tokens
+	ids := make([]int32, len(toks))
+	for i, t := range toks {
+		id, err := parseTokenID(t)
+		if err != nil {
+			return nil, fmt.Errorf("logprobs.tokens[%d]: %w", i, err)
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
