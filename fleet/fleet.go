@@ -246,7 +246,11 @@ func startBus(stack *cleanup, opts Options) (func(name string) (*nats.Conn, erro
 func startActors(ctx context.Context, stack *cleanup, opts Options, connect func(string) (*nats.Conn, error)) (*collector.Collector, error) {
 	endpoints := opts.VLLM
 	if len(endpoints) == 0 {
-		srv := toyllm.New(opts.ToyLLM)
+		toy := opts.ToyLLM
+		if toy.Logger == nil {
+			toy.Logger = opts.Logger
+		}
+		srv := toyllm.New(toy)
 		url, stop, err := srv.Start(ctx, "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("fleet: start stand-in model: %w", err)

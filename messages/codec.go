@@ -142,6 +142,9 @@ func typeName(t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t.Name() == "" {
+		return t.String()
+	}
 	return t.Name()
 }
 

@@ -89,14 +89,14 @@ func sampleTrajectory() *Trajectory {
 		ActionRanges:      Ranges{{3, 5}, {6, 7}},
 		RolloutLogProbs:   Logprobs{0, 0, 0, -0.5, -0.25, 0, -1, 0, 0},
 		Reward:            1, Scores: 1,
-		ExtraLogs:         map[string]float64{"dummy_scores": 1, "turn_count": 2},
-		Turns:             2,
-		StepRewards:       []float64{0, 1},
-		FinishReason:      "stop",
-		PolicyVersions:    []int64{5, 5},
-		SubmitTime:        1_700_000_000_000_000_000,
-		DoneTime:          1_700_000_000_500_000_000,
-		GenerateNanos:     2400,
+		ExtraLogs:      map[string]float64{"dummy_scores": 1, "turn_count": 2},
+		Turns:          2,
+		StepRewards:    []float64{0, 1},
+		FinishReason:   "stop",
+		PolicyVersions: []int64{5, 5},
+		SubmitTime:     1_700_000_000_000_000_000,
+		DoneTime:       1_700_000_000_500_000_000,
+		GenerateNanos:  2400,
 	}
 }
 

@@ -21,7 +21,8 @@ const (
 	FailureEpisode = "episode"
 	// FailureMalformed records a message that could not be decoded or validated.
 	FailureMalformed = "malformed"
-	// FailureInvariant records a trajectory that broke a DESIGN invariant when assembled.
+	// FailureInvariant records an episode whose steps could not form a trajectory that keeps the
+	// trajectory invariants (see Trajectory.Validate).
 	FailureInvariant = "invariant"
 )
 

@@ -109,9 +109,10 @@ func checkFinite(field string, x float64) *ValidationError {
 
 // checkFiniteLogprobs checks that lp[from:to] are finite; errors name the index in lp.
 func checkFiniteLogprobs(field string, lp Logprobs, from, to int) *ValidationError {
+	const exponent = 0x7f800000 // all ones: infinity or NaN; one test per logprob on the hot path
 	for i := from; i < to; i++ {
-		if x := float64(lp[i]); math.IsNaN(x) || math.IsInf(x, 0) {
-			return invalid(fmt.Sprintf("%s[%d]", field, i), "must be finite, got %v", x)
+		if math.Float32bits(lp[i])&exponent == exponent {
+			return invalid(fmt.Sprintf("%s[%d]", field, i), "must be finite, got %v", lp[i])
 		}
 	}
 	return nil
@@ -379,9 +380,8 @@ func (t *Trajectory) validate() *ValidationError {
 	return nil
 }
 
-// checkActions checks the action ranges and the logprobs they delimit.
+// checkActions checks the action ranges, then the logprobs they delimit.
 func (t *Trajectory) checkActions() *ValidationError {
-	const field = "rollout_log_probs"
 	lp := t.RolloutLogProbs
 	prevEnd := 0
 	for i, r := range t.ActionRanges {
@@ -390,6 +390,8 @@ func (t *Trajectory) checkActions() *ValidationError {
 		switch {
 		case start >= end:
 			reason = "is empty"
+		case start < 0:
+			reason = "starts before 0"
 		case start < prevEnd:
 			reason = fmt.Sprintf("starts before the previous range ends at %d", prevEnd)
 		case end > len(lp):
@@ -398,13 +400,18 @@ func (t *Trajectory) checkActions() *ValidationError {
 		if reason != "" {
 			return invalid(fmt.Sprintf("action_ranges[%d]", i), "[%d, %d) %s", start, end, reason)
 		}
+		prevEnd = end
+	}
+	const field = "rollout_log_probs"
+	prevEnd = 0
+	for _, r := range t.ActionRanges {
 		if e := first(
-			checkZeroLogprobs(field, lp, prevEnd, start),
-			checkFiniteLogprobs(field, lp, start, end),
+			checkZeroLogprobs(field, lp, prevEnd, int(r.Start)),
+			checkFiniteLogprobs(field, lp, int(r.Start), int(r.End)),
 		); e != nil {
 			return e
 		}
-		prevEnd = end
+		prevEnd = int(r.End)
 	}
 	return checkZeroLogprobs(field, lp, prevEnd, len(lp))
 }

@@ -52,7 +52,8 @@ func (r *CompletionRequest) validate() error {
 // Complete sends POST /v1/completions with the prompt as token ids and asks
 // for exactly what a trainer needs back: the generated token ids
 // (return_token_ids), the sampled token's logprob (logprobs: 0, tokens as
-// "token_id:<id>"), special tokens kept in the text, one choice.
+// "token_id:<id>"), special tokens kept in the text, one choice. A prompt
+// that does not fit the model's context fails with ErrContextLength.
 func (c *Client) Complete(ctx context.Context, req CompletionRequest) (Completion, error) {
 	if err := req.validate(); err != nil {
 		return Completion{}, fmt.Errorf("vllm: complete: invalid request: %w", err)

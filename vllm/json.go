@@ -150,7 +150,7 @@ type stopReason string
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (s *stopReason) UnmarshalJSON(data []byte) error {
-	data = bytes.Trim(data, jsonSpace)
+	data = trimSpace(data)
 	switch {
 	case isNull(data):
 		*s = ""
@@ -170,11 +170,21 @@ func (s *stopReason) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// jsonSpace is JSON's insignificant whitespace.
-const jsonSpace = " \t\r\n"
+// trimSpace drops JSON's insignificant whitespace from both ends of b.
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 func isNull(data []byte) bool {
-	return string(bytes.Trim(data, jsonSpace)) == "null"
+	return string(trimSpace(data)) == "null"
 }
 
 // countElements is an upper bound on the elements of a JSON array of
@@ -190,17 +200,17 @@ func countElements(data []byte) int {
 // fragment that is not number text, and is rejected before any later
 // fragment is looked at.
 func eachNumber(data []byte, fn func(e []byte) error) error {
-	b := bytes.Trim(data, jsonSpace)
+	b := trimSpace(data)
 	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
 		return errors.New("not an array")
 	}
-	b = bytes.Trim(b[1:len(b)-1], jsonSpace)
+	b = trimSpace(b[1 : len(b)-1])
 	if len(b) == 0 {
 		return nil
 	}
 	for i := 0; ; i++ {
 		e, rest, more := bytes.Cut(b, []byte{','})
-		e = bytes.Trim(e, jsonSpace)
+		e = trimSpace(e)
 		if !isNumberText(e) {
 			return fmt.Errorf("element %d is %.40q, not a number", i, e)
 		}

@@ -3,8 +3,8 @@
 // ids and return the sampled token ids with their logprobs exactly as the
 // engine produced them, plus tokenize, detokenize, health and model listing.
 //
-// A Client is safe for concurrent use. Every call is bounded by its context
-// and nothing else. Failures fall into three classes: ErrContextLength (the
+// A Client is safe for concurrent use. Every call is bounded by its context;
+// the default HTTP client adds no overall timeout of its own. Failures fall into three classes: ErrContextLength (the
 // episode ran out of token budget), ErrUnavailable and ErrBadResponse (a
 // broken or overloaded server: Retryable reports true, try another one), and
 // everything else (a bad request, not worth retrying).
@@ -47,10 +47,10 @@ type Options struct {
 	// id listed by GET /v1/models, fetched on first use and then cached.
 	Model string
 	// HTTPClient sends the requests. Nil means a client with keep-alive
-	// connections (up to 256 idle per host), no proxy (vLLM servers are
-	// cluster-local; an HTTP_PROXY meant for downloads must not capture
-	// inference traffic) and no overall timeout: each call is bounded by
-	// its context.
+	// connections (up to 256 idle per host, retired after 4 s idle, before
+	// vLLM's server drops them), no proxy (vLLM servers are cluster-local;
+	// an HTTP_PROXY meant for downloads must not capture inference traffic)
+	// and no overall timeout: each call is bounded by its context.
 	HTTPClient *http.Client
 	// MaxResponseBytes bounds a response body; a larger one fails with
 	// ErrBadResponse. Zero means 16 MiB.

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // completionJSON is a vLLM /v1/completions response as sent for the
@@ -36,12 +37,12 @@ var (
 
 // server starts an httptest server with handler and returns a client for it
 // with the model name "m".
-func server(t *testing.T, handler http.HandlerFunc) (*Client, *httptest.Server) {
+func server(t testing.TB, handler http.HandlerFunc) (*Client, *httptest.Server) {
 	t.Helper()
 	return serverWith(t, handler, Options{Model: "m"})
 }
 
-func serverWith(t *testing.T, handler http.HandlerFunc, opts Options) (*Client, *httptest.Server) {
+func serverWith(t testing.TB, handler http.HandlerFunc, opts Options) (*Client, *httptest.Server) {
 	t.Helper()
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
@@ -71,7 +72,7 @@ type recorder struct {
 	body   map[string]json.RawMessage
 }
 
-func (rec *recorder) handler(t *testing.T, status int, body string) http.HandlerFunc {
+func (rec *recorder) handler(t testing.TB, status int, body string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rec.mu.Lock()
 		rec.method, rec.path, rec.ctype = r.Method, r.URL.Path, r.Header.Get("Content-Type")
@@ -84,6 +85,13 @@ func (rec *recorder) handler(t *testing.T, status int, body string) http.Handler
 		rec.mu.Unlock()
 		reply(status, body)(w, r)
 	}
+}
+
+// request returns the recorded request's method, path and Content-Type.
+func (rec *recorder) request() (method, path, ctype string) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.method, rec.path, rec.ctype
 }
 
 // fields returns the recorded request's fields as compact JSON text.
@@ -142,8 +150,8 @@ func TestCompleteHappyPath(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Complete =\n%+v\nwant\n%+v", got, want)
 	}
-	if rec.method != http.MethodPost || rec.path != "/v1/completions" || rec.ctype != "application/json" {
-		t.Errorf("request %s %s (Content-Type %q), want POST /v1/completions (application/json)", rec.method, rec.path, rec.ctype)
+	if m, p, ct := rec.request(); m != http.MethodPost || p != "/v1/completions" || ct != "application/json" {
+		t.Errorf("request %s %s (Content-Type %q), want POST /v1/completions (application/json)", m, p, ct)
 	}
 }
 
@@ -334,8 +342,8 @@ func TestTokenize(t *testing.T) {
 			if want := []int32{151644, 872, 198}; !reflect.DeepEqual(got, want) {
 				t.Errorf("Tokenize = %v, want %v", got, want)
 			}
-			if rec.method != http.MethodPost || rec.path != "/tokenize" {
-				t.Errorf("request %s %s, want POST /tokenize", rec.method, rec.path)
+			if m, p, _ := rec.request(); m != http.MethodPost || p != "/tokenize" {
+				t.Errorf("request %s %s, want POST /tokenize", m, p)
 			}
 			if diff := compareFields(rec.fields(), tc.want); diff != "" {
 				t.Error(diff)
@@ -392,8 +400,8 @@ func TestDetokenize(t *testing.T) {
 	if got != "Hi<|im_end|>" {
 		t.Errorf("Detokenize = %q", got)
 	}
-	if rec.path != "/detokenize" {
-		t.Errorf("path %s, want /detokenize", rec.path)
+	if m, p, _ := rec.request(); m != http.MethodPost || p != "/detokenize" {
+		t.Errorf("request %s %s, want POST /detokenize", m, p)
 	}
 	if diff := compareFields(rec.fields(), map[string]string{"model": `"m"`, "tokens": `[13048,151645]`}); diff != "" {
 		t.Error(diff)
@@ -441,8 +449,8 @@ func TestModels(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Models = %v, want %v", got, want)
 	}
-	if rec.method != http.MethodGet || rec.path != "/v1/models" {
-		t.Errorf("request %s %s, want GET /v1/models", rec.method, rec.path)
+	if m, p, _ := rec.request(); m != http.MethodGet || p != "/v1/models" {
+		t.Errorf("request %s %s, want GET /v1/models", m, p)
 	}
 	for _, body := range []string{`{"object":"list"}`, `{"data":null}`, `{"data":[{"max_model_len":1}]}`, `[]`} {
 		c, _ := server(t, reply(200, body))
@@ -541,15 +549,22 @@ func TestLazyModelErrors(t *testing.T) {
 			}
 		}, Options{})
 		t.Cleanup(func() { close(release) })
-		bg, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go c.Detokenize(bg, []int32{1}) // holds the fetch until cancel
+		holder, cancel := context.WithCancel(context.Background())
+		held := make(chan error, 1)
+		go func() { // holds the fetch until cancelled
+			_, err := c.Detokenize(holder, []int32{1})
+			held <- err
+		}()
 		<-started
-		ctx, cancel2 := context.WithTimeout(context.Background(), 20*1e6)
+		ctx, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel2()
 		_, err := c.Detokenize(ctx, []int32{1})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Detokenize: %v, want DeadlineExceeded", err)
+		}
+		cancel()
+		if err := <-held; !errors.Is(err, context.Canceled) {
+			t.Errorf("holding Detokenize: %v, want Canceled", err)
 		}
 	})
 }

@@ -1,0 +1,256 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// harness is a running in-process fleet that tests feed raw messages.
+type harness struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	subj messages.Subjects
+}
+
+func newHarness(t *testing.T, opts Options) *harness {
+	t.Helper()
+	opts.DataDir = t.TempDir()
+	opts.setDefaults()
+	var stack cleanup
+	t.Cleanup(stack.run)
+	ctx := context.Background()
+	connect, err := startBus(&stack, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := messages.NewSubjects("")
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := startActors(ctx, &stack, opts, connect); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{nc: nc, js: js, subj: subj}
+}
+
+func (h *harness) publish(t *testing.T, subject string, data []byte) {
+	t.Helper()
+	if err := bus.Publish(context.Background(), h.js, subject, data, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *harness) submit(t *testing.T, req *messages.EpisodeRequest) {
+	t.Helper()
+	data, err := messages.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publish(t, h.subj.Episodes(req.Env), data)
+}
+
+// next waits, with a deadline, for the first message on stream that match accepts.
+func next[T any, P interface {
+	*T
+	Validate() error
+}](t *testing.T, h *harness, stream string, match func(*T) bool) *T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := h.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatalf("waiting on %s: %v", stream, err)
+		}
+		v, err := messages.Decode[T, P](m.Data())
+		if err == nil && match(v) {
+			return v
+		}
+	}
+}
+
+func episode(id, env string) *messages.EpisodeRequest {
+	seed := int64(1)
+	es := uint64(3)
+	return &messages.EpisodeRequest{
+		V: messages.Version, EpisodeID: id, GroupID: id, GroupSize: 1, Env: env, EnvSeed: &es,
+		Sampling:  messages.SamplingParams{Temperature: 1, MaxTokens: 64, Seed: &seed},
+		MaxLength: 2048, SubmitTime: time.Now().UnixNano(),
+	}
+}
+
+func (h *harness) trajectory(t *testing.T, id string) *messages.Trajectory {
+	t.Helper()
+	return next[messages.Trajectory](t, h, h.subj.StreamTrajectories(), func(tr *messages.Trajectory) bool { return tr.EpisodeID == id })
+}
+
+func (h *harness) failure(t *testing.T, match func(*messages.Failure) bool) *messages.Failure {
+	t.Helper()
+	return next[messages.Failure](t, h, h.subj.StreamFailures(), match)
+}
+
+func TestUnknownEnvBecomesFailure(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.submit(t, episode("bad-env", "game:NoSuchGame-v0"))
+	f := h.failure(t, func(f *messages.Failure) bool { return f.EpisodeID == "bad-env" })
+	if f.Kind != messages.FailureEpisode || !strings.Contains(f.Reason, "unknown env") || !strings.Contains(f.Reason, "game:GuessTheNumber-v0") {
+		t.Fatalf("failure should name the problem and the known ids: %+v", f)
+	}
+	// The fleet carries on.
+	h.submit(t, episode("after-bad-env", "game:GuessTheNumber-v0"))
+	h.trajectory(t, "after-bad-env")
+}
+
+func TestMalformedMessages(t *testing.T) {
+	h := newHarness(t, Options{})
+	bad := episode("zero-length", "game:GuessTheNumber-v0")
+	bad.MaxLength = 0
+	invalid, err := messages.Marshal(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := []byte("\xc1 this is not msgpack")
+	for _, tc := range []struct {
+		name, subject string
+		data          []byte
+		want          string // in the failure reason
+	}{
+		{"garbage episode", h.subj.Episodes("game:GuessTheNumber-v0"), garbage, "EpisodeRequest"},
+		{"invalid episode field", h.subj.Episodes("game:GuessTheNumber-v0"), invalid, "max_length"},
+		{"garbage step", h.subj.Steps("nobody"), garbage, "StepEvent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h.publish(t, tc.subject, tc.data)
+			f := h.failure(t, func(f *messages.Failure) bool { return f.Subject == tc.subject && strings.Contains(f.Reason, tc.want) })
+			if f.Kind != messages.FailureMalformed || len(f.Payload) == 0 {
+				t.Fatalf("want a malformed record with the payload, got %+v", f)
+			}
+		})
+	}
+	for _, subject := range []string{h.subj.Generate(), h.subj.Tokenize()} {
+		t.Run("garbage request "+subject, func(t *testing.T) {
+			m, err := h.nc.Request(subject, garbage, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Both reply types share the error fields.
+			rep, err := messages.Decode[messages.TokenizeReply](m.Data)
+			if err != nil {
+				t.Fatalf("reply must be decodable: %v", err)
+			}
+			if rep.Code != messages.CodeInvalid || rep.Error == "" {
+				t.Fatalf("want an invalid-request error, got %+v", rep)
+			}
+		})
+	}
+	h.submit(t, episode("after-garbage", "game:GuessTheNumber-v0"))
+	h.trajectory(t, "after-garbage")
+}
+
+// faultyModel serves the stand-in's API but breaks /v1/completions.
+func faultyModel(t *testing.T, fault string) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	good := toyllm.New(toyllm.Options{}).Handler()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/completions" {
+			good.ServeHTTP(w, r)
+			return
+		}
+		hits.Add(1)
+		switch fault {
+		case "500":
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, `{"object":"error","message":"engine dead","type":"InternalServerError","code":500}`)
+		case "garbage":
+			io.WriteString(w, `{"choices": [{"text": "oops", "token_ids": [1,2`)
+		case "mismatch":
+			rec := httptest.NewRecorder()
+			good.ServeHTTP(rec, r)
+			var body map[string]any
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Errorf("stand-in reply: %v", err)
+				return
+			}
+			lp := body["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)
+			tl := lp["token_logprobs"].([]any)
+			lp["token_logprobs"] = tl[:len(tl)-1]
+			json.NewEncoder(w).Encode(body)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
+func TestModelServerFaults(t *testing.T) {
+	for _, fault := range []string{"500", "garbage", "mismatch"} {
+		t.Run(fault+"/only endpoint", func(t *testing.T) {
+			bad, hits := faultyModel(t, fault)
+			var failures bytes.Buffer
+			sum, err := Run(context.Background(), Options{
+				Env: "game:GuessTheNumber-v0-easy", Episodes: 4, VLLM: []string{bad.URL},
+				DataDir: filepath.Join(t.TempDir(), "nats"), FailuresOut: &failures,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Failures != 4 || sum.Trajectories != 0 {
+				t.Fatalf("every episode must end as one failure record: %s", sum)
+			}
+			if hits.Load() == 0 {
+				t.Fatal("the faulty server was never called")
+			}
+			for line := range strings.SplitSeq(strings.TrimSpace(failures.String()), "\n") {
+				if !strings.Contains(line, "generate") {
+					t.Fatalf("failure reason should say what failed: %s", line)
+				}
+			}
+		})
+		t.Run(fault+"/with a healthy endpoint", func(t *testing.T) {
+			bad, hits := faultyModel(t, fault)
+			good := httptest.NewServer(toyllm.New(toyllm.Options{}).Handler())
+			t.Cleanup(good.Close)
+			sum, err := Run(context.Background(), Options{
+				Env: "game:GuessTheNumber-v0-easy", Episodes: 32, VLLM: []string{bad.URL, good.URL},
+				DataDir: filepath.Join(t.TempDir(), "nats"),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Trajectories != 32 {
+				t.Fatalf("a failing endpoint must be retried on the healthy one: %s", sum)
+			}
+			if hits.Load() == 0 {
+				t.Fatal("sticky routing never chose the faulty server; the test proves nothing")
+			}
+		})
+	}
+}

@@ -1,0 +1,391 @@
+package toyllm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/rollfleet/rollfleet/chat"
+)
+
+// maxLogprobs is the most alternatives a request may ask for per position,
+// vLLM's default --max-logprobs.
+const maxLogprobs = 20
+
+// apiError is an error answered with vLLM's error body.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) *apiError {
+	return &apiError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// errorType is the "type" of vLLM's error body for an HTTP status.
+func errorType(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "NotFoundError"
+	case http.StatusServiceUnavailable:
+		return "ServiceUnavailableError"
+	case http.StatusInternalServerError:
+		return "InternalServerError"
+	}
+	return "BadRequestError"
+}
+
+// errorBody is vLLM's error response.
+type errorBody struct {
+	Object  string  `json:"object"`
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// samplingRequest holds the request fields both generation endpoints share.
+// Unknown fields are ignored, as vLLM ignores them.
+type samplingRequest struct {
+	Model                  string   `json:"model"`
+	Temperature            *float64 `json:"temperature"`
+	TopP                   *float64 `json:"top_p"`
+	TopK                   *int     `json:"top_k"`
+	MinP                   *float64 `json:"min_p"`
+	Seed                   *int64   `json:"seed"`
+	N                      *int     `json:"n"`
+	Stop                   stopList `json:"stop"`
+	StopTokenIDs           []int32  `json:"stop_token_ids"`
+	IgnoreEOS              bool     `json:"ignore_eos"`
+	SkipSpecialTokens      *bool    `json:"skip_special_tokens"`
+	IncludeStopStrInOutput bool     `json:"include_stop_str_in_output"`
+	ReturnTokensAsTokenIDs bool     `json:"return_tokens_as_token_ids"`
+	ReturnTokenIDs         bool     `json:"return_token_ids"`
+
+	// Features the toy model lacks: a request asking for one is refused
+	// rather than served without it.
+	Stream            bool               `json:"stream"`
+	Echo              bool               `json:"echo"`
+	BestOf            *int               `json:"best_of"`
+	UseBeamSearch     bool               `json:"use_beam_search"`
+	MinTokens         int                `json:"min_tokens"`
+	PresencePenalty   float64            `json:"presence_penalty"`
+	FrequencyPenalty  float64            `json:"frequency_penalty"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	PromptLogprobs    *int               `json:"prompt_logprobs"`
+	Priority          int                `json:"priority"`
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	samplingRequest
+	Prompt    promptInput `json:"prompt"`
+	MaxTokens *int        `json:"max_tokens"`
+	Logprobs  *int        `json:"logprobs"`
+}
+
+// chatRequest is the body of POST /v1/chat/completions.
+type chatRequest struct {
+	samplingRequest
+	Messages             []chatMessage `json:"messages"`
+	MaxTokens            *int          `json:"max_tokens"`
+	MaxCompletionTokens  *int          `json:"max_completion_tokens"`
+	Logprobs             bool          `json:"logprobs"`
+	TopLogprobs          *int          `json:"top_logprobs"`
+	AddGenerationPrompt  *bool         `json:"add_generation_prompt"`
+	ContinueFinalMessage bool          `json:"continue_final_message"`
+}
+
+// tokenizeRequest is the body of POST /tokenize, in either of vLLM's forms.
+type tokenizeRequest struct {
+	Model                string        `json:"model"`
+	Prompt               *string       `json:"prompt"`
+	Messages             []chatMessage `json:"messages"`
+	AddGenerationPrompt  *bool         `json:"add_generation_prompt"`
+	ContinueFinalMessage bool          `json:"continue_final_message"`
+	ReturnTokenStrs      bool          `json:"return_token_strs"`
+}
+
+// tokenizeResponse is the answer of POST /tokenize.
+type tokenizeResponse struct {
+	Count       int      `json:"count"`
+	MaxModelLen int      `json:"max_model_len"`
+	Tokens      []int32  `json:"tokens"`
+	TokenStrs   []string `json:"token_strs"`
+}
+
+// detokenizeRequest is the body of POST /detokenize.
+type detokenizeRequest struct {
+	Model  string  `json:"model"`
+	Tokens []int32 `json:"tokens"`
+}
+
+// detokenizeResponse is the answer of POST /detokenize.
+type detokenizeResponse struct {
+	Prompt string `json:"prompt"`
+}
+
+// modelList is the answer of GET /v1/models.
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+// modelCard describes the served model as vLLM does.
+type modelCard struct {
+	ID          string  `json:"id"`
+	Object      string  `json:"object"`
+	Created     int64   `json:"created"`
+	OwnedBy     string  `json:"owned_by"`
+	Root        string  `json:"root"`
+	Parent      *string `json:"parent"`
+	MaxModelLen int     `json:"max_model_len"`
+}
+
+// promptInput is a completion prompt: a list of token ids or a string.
+type promptInput struct {
+	ids    []int32
+	text   string
+	isText bool
+	set    bool
+}
+
+// UnmarshalJSON parses the prompt. Token-id lists are parsed by hand because
+// they are the bulk of every multi-turn request; encoding/json has already
+// checked that b is valid JSON.
+func (p *promptInput) UnmarshalJSON(b []byte) error {
+	switch b[0] {
+	case 'n':
+		return nil
+	case '"':
+		p.set, p.isText = true, true
+		return json.Unmarshal(b, &p.text)
+	case '[':
+		p.set = true
+		return p.parseIDs(b[1:])
+	}
+	return errors.New("prompt must be a string or a list of token ids")
+}
+
+// parseIDs parses the rest of a JSON array of token ids, after its '['.
+func (p *promptInput) parseIDs(b []byte) error {
+	p.ids = p.ids[:0]
+	for i := 0; ; {
+		for i < len(b) && isSpace(b[i]) {
+			i++
+		}
+		if i >= len(b) {
+			return errors.New("prompt: unterminated list")
+		}
+		switch c := b[i]; {
+		case c == ']' && len(p.ids) == 0:
+			return nil
+		case c == '"' || c == '[':
+			return errors.New("batched prompts are not supported: send one prompt per request")
+		case c == '-' || (c >= '0' && c <= '9'):
+		default:
+			return errors.New("prompt must be a string or a list of token ids")
+		}
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != ']' && !isSpace(b[j]) {
+			j++
+		}
+		num := b[i:j]
+		neg := num[0] == '-'
+		if neg {
+			num = num[1:]
+		}
+		v, n := parseNum(num)
+		if n == 0 || n < len(num) {
+			return fmt.Errorf("prompt token ids must be integers, got %s", b[i:j])
+		}
+		if (neg && v != 0) || v >= VocabSize {
+			return fmt.Errorf("Token id %s is out of vocabulary", b[i:j])
+		}
+		p.ids = append(p.ids, int32(v))
+		for i = j; i < len(b) && isSpace(b[i]); i++ {
+		}
+		if i >= len(b) {
+			return errors.New("prompt: unterminated list")
+		}
+		if b[i] == ']' {
+			return nil
+		}
+		i++ // the ','
+	}
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// stopList is vLLM's "stop": one string or a list of strings.
+type stopList []string
+
+// UnmarshalJSON accepts a string, a list of strings or null.
+func (s *stopList) UnmarshalJSON(b []byte) error {
+	if b[0] == '"' {
+		var one string
+		if err := json.Unmarshal(b, &one); err != nil {
+			return fmt.Errorf("stop: %w", err)
+		}
+		*s = stopList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("stop must be a string or a list of strings: %w", err)
+	}
+	*s = many
+	return nil
+}
+
+// chatMessage is a chat message whose content may also be a list of text
+// parts, as OpenAI clients send it; the parts are joined with newlines, as
+// vLLM does for string templates.
+type chatMessage struct {
+	chat.Message
+}
+
+// UnmarshalJSON accepts content as a string, null, or a list of text parts.
+func (m *chatMessage) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("message: %w", err)
+	}
+	m.Role = raw.Role
+	m.Content = ""
+	if len(raw.Content) == 0 || raw.Content[0] == 'n' {
+		return nil
+	}
+	if raw.Content[0] == '"' {
+		return json.Unmarshal(raw.Content, &m.Content)
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw.Content, &parts); err != nil {
+		return fmt.Errorf("message content must be a string or a list of text parts: %w", err)
+	}
+	texts := make([]string, len(parts))
+	for i, p := range parts {
+		if p.Type != "text" {
+			return fmt.Errorf("message content part of type %q is not supported", p.Type)
+		}
+		texts[i] = p.Text
+	}
+	m.Content = strings.Join(texts, "\n")
+	return nil
+}
+
+// renderMessages renders chat messages into prompt text. With
+// continueFinal the last message is left open, so the model continues it.
+func renderMessages(msgs []chatMessage, addGenerationPrompt, continueFinal bool) (string, error) {
+	if len(msgs) == 0 {
+		return "", badRequest("messages must not be empty")
+	}
+	if addGenerationPrompt && continueFinal {
+		return "", badRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+	}
+	plain := make([]chat.Message, len(msgs))
+	for i, m := range msgs {
+		if m.Role == "" {
+			return "", badRequest("messages[%d]: role is required", i)
+		}
+		plain[i] = m.Message
+	}
+	text := chat.Render(plain, addGenerationPrompt)
+	if continueFinal {
+		text = strings.TrimSuffix(text, chat.ImEnd+"\n")
+	}
+	return text, nil
+}
+
+// genParams checks the shared sampling fields and returns the generation
+// settings they ask for; max_tokens and the logprob count are set by the
+// endpoint.
+func (r *samplingRequest) genParams() (genParams, error) {
+	switch {
+	case r.Stream:
+		return genParams{}, badRequest("stream is not supported by toyllm")
+	case r.Echo:
+		return genParams{}, badRequest("echo is not supported by toyllm")
+	case r.BestOf != nil && *r.BestOf != 1:
+		return genParams{}, badRequest("best_of is not supported by toyllm")
+	case r.UseBeamSearch:
+		return genParams{}, badRequest("use_beam_search is not supported by toyllm")
+	case r.MinTokens != 0:
+		return genParams{}, badRequest("min_tokens is not supported by toyllm")
+	case r.PresencePenalty != 0, r.FrequencyPenalty != 0, r.RepetitionPenalty != nil && *r.RepetitionPenalty != 1:
+		return genParams{}, badRequest("presence, frequency and repetition penalties are not supported by toyllm")
+	case len(r.LogitBias) > 0:
+		return genParams{}, badRequest("logit_bias is not supported by toyllm")
+	case r.PromptLogprobs != nil:
+		return genParams{}, badRequest("prompt_logprobs is not supported by toyllm")
+	case r.Priority != 0:
+		return genParams{}, badRequest("priority scheduling is not enabled on toyllm")
+	case r.N != nil && *r.N != 1:
+		return genParams{}, badRequest("n must be 1 (toyllm generates one sequence per request), got %d", *r.N)
+	}
+	gp := genParams{
+		sampling:    samplingParams{temperature: 1, topP: 1},
+		stop:        r.Stop,
+		stopIDs:     r.StopTokenIDs,
+		ignoreEOS:   r.IgnoreEOS,
+		skipSpecial: r.SkipSpecialTokens == nil || *r.SkipSpecialTokens,
+		includeStop: r.IncludeStopStrInOutput,
+	}
+	if t := r.Temperature; t != nil {
+		if *t < 0 {
+			return genParams{}, badRequest("temperature must be non-negative, got %g.", *t)
+		}
+		gp.sampling.temperature = *t
+	}
+	if p := r.TopP; p != nil {
+		if *p <= 0 || *p > 1 {
+			return genParams{}, badRequest("top_p must be in (0, 1], got %g.", *p)
+		}
+		gp.sampling.topP = *p
+	}
+	if k := r.TopK; k != nil {
+		if *k < -1 {
+			return genParams{}, badRequest("top_k must be -1 or 0 (disable), or at least 1, got %d.", *k)
+		}
+		gp.sampling.topK = max(*k, 0)
+	}
+	if p := r.MinP; p != nil {
+		if *p < 0 || *p > 1 {
+			return genParams{}, badRequest("min_p must be in [0, 1], got %g.", *p)
+		}
+		gp.sampling.minP = *p
+	}
+	if r.Seed != nil {
+		gp.seed, gp.seeded = uint64(*r.Seed), true
+	}
+	for _, s := range r.Stop {
+		if s == "" {
+			return genParams{}, badRequest("stop cannot contain an empty string.")
+		}
+	}
+	return gp, nil
+}
+
+// checkMaxTokens validates max_tokens against the context window.
+func checkMaxTokens(maxTokens, promptLen, maxModelLen int) error {
+	if maxTokens < 1 {
+		return badRequest("max_tokens must be at least 1, got %d.", maxTokens)
+	}
+	if promptLen+maxTokens > maxModelLen {
+		return badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			maxModelLen, promptLen+maxTokens, promptLen, maxTokens)
+	}
+	return nil
+}

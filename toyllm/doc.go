@@ -1,0 +1,56 @@
+// Package toyllm is a stand-in for a vLLM server, for tests and demos. It is
+// not a language model: it plays one game, GEM's GuessTheNumber, with a
+// hand-written heuristic, and writes its replies through a byte-level
+// tokenizer one sampled token at a time.
+//
+// It speaks the subset of vLLM's OpenAI-compatible HTTP API that rollout
+// workers use, with vLLM's field names, defaults, response shapes and error
+// bodies, so that the same client code runs against it and against a real
+// vLLM server:
+//
+//	POST /v1/completions       prompt as token ids or text; logprobs, stop
+//	                           strings and ids, return_token_ids, ...
+//	POST /v1/chat/completions  messages through the ChatML template
+//	POST /tokenize             text, or messages through the chat template
+//	POST /detokenize
+//	GET  /v1/models
+//	GET  /health               200 with an empty body
+//	GET  /metrics              vLLM's running and waiting request gauges
+//
+// # Tokens
+//
+// Ids 0..255 are bytes; EndOfTextID, ImStartID and ImEndID are the special
+// tokens <|endoftext|>, <|im_start|> and <|im_end|>. <|endoftext|> is the
+// end-of-sequence token and <|im_end|> a stop token of the model's
+// generation config, as with Qwen models: a reply that ends on <|im_end|>
+// has finish_reason "stop" and stop_reason 258.
+//
+// # Policy
+//
+// The policy decodes the prompt and reads the game from it: the range from
+// the instructions ("guess the number between {min} and {max}", 1..20 when
+// absent), narrowed by every feedback line ("you guessed G, and the target
+// number is higher/lower than G"). It then plans a short reply, usually a
+// sentence and \boxed{N} at the middle of the remaining range, and
+// sometimes, a few percent of the time each, another number of the range, a
+// repeated guess, a number out of range, or a format slip (no box, or
+// \boxed{ N}), so that rollouts show a spread of rewards. The plan is chosen
+// with the request's temperature, min-p, top-k and top-p, so greedy decoding
+// always bisects.
+//
+// Each token is then sampled from an explicit distribution over the whole
+// vocabulary: the planned token has logit 14, its plausible slips (a
+// neighbouring digit, the other letter case, ...) logit 6 and every other
+// token logit 0, before the request's sampling settings apply. The logprob
+// returned for a token is its true log-probability under the distribution it
+// was sampled from, in float32, so importance ratios computed from it are
+// exact. With a seed, a request always gets the same reply; without one, the
+// reply is random.
+//
+// # Load
+//
+// Options.TokenLatency makes replies take time in proportion to their length
+// and Options.MaxConcurrent caps the replies generated at once, so that
+// routing and back-pressure can be exercised without a GPU. At zero latency
+// a reply costs a few microseconds of CPU besides HTTP and JSON.
+package toyllm

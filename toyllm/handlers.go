@@ -1,0 +1,521 @@
+package toyllm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// jsonContentType is shared by every response; net/http never modifies it.
+var jsonContentType = []string{"application/json"}
+
+// writeBody writes a complete JSON response.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(status)
+	// A write error means the client went away; there is no one to tell.
+	_, _ = w.Write(body)
+}
+
+// writeJSON writes v with encoding/json, for the endpoints off the hot path.
+func (s *Server) writeJSON(w http.ResponseWriter, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		s.writeError(w, fmt.Errorf("encoding response: %w", err))
+		return
+	}
+	writeBody(w, http.StatusOK, body)
+}
+
+// writeError answers err with vLLM's error body: its status for an
+// *apiError, 500 otherwise.
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	var ae *apiError
+	if errors.As(err, &ae) {
+		status = ae.status
+	}
+	if status >= 500 {
+		s.log.Error("toyllm: request failed", "status", status, "err", err)
+	} else {
+		s.log.Debug("toyllm: request rejected", "status", status, "err", err)
+	}
+	body, _ := json.Marshal(errorBody{Object: "error", Message: err.Error(), Type: errorType(status), Code: status})
+	writeBody(w, status, body)
+}
+
+// readBody reads the request body into st.body, within the size limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, st *genState) error {
+	st.body.Reset()
+	if r.ContentLength > 0 {
+		st.body.Grow(int(min(r.ContentLength, s.maxBody)))
+	}
+	_, err := st.body.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return &apiError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.maxBody)}
+	case err != nil:
+		return badRequest("reading request body: %v", err)
+	}
+	return nil
+}
+
+// decode parses a JSON request body into v.
+func decode(body []byte, v any) error {
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	// Only errors of encoding/json itself are rephrased: the custom
+	// unmarshalers' errors already say what is wrong.
+	switch e := err.(type) {
+	case *json.SyntaxError:
+		return badRequest("invalid JSON body: %v", err)
+	case *json.UnmarshalTypeError:
+		if e.Field == "" {
+			return badRequest("request body must be a JSON object")
+		}
+		field := strings.TrimPrefix(e.Field, "samplingRequest.")
+		return badRequest("invalid value for field %q: JSON %s where %s was expected", field, e.Value, e.Type)
+	}
+	return badRequest("%v", err)
+}
+
+// checkModel accepts an empty model name or the served one.
+func (s *Server) checkModel(name string) error {
+	if name == "" || name == s.opts.Model {
+		return nil
+	}
+	return &apiError{http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", name)}
+}
+
+// checkLogprobCount validates a requested number of alternatives.
+func checkLogprobCount(n int) error {
+	if n < 0 {
+		return badRequest("logprobs must be non-negative, got %d", n)
+	}
+	if n > maxLogprobs {
+		return badRequest("Requested sample logprobs of %d, which is greater than max allowed: %d", n, maxLogprobs)
+	}
+	return nil
+}
+
+// responseOptions are the output choices of a generation request.
+type responseOptions struct {
+	logprobs bool // report logprobs
+	asIDs    bool // token strings as "token_id:<id>"
+	tokenIDs bool // include token_ids and prompt_token_ids
+	topN     int
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	st := s.getState()
+	defer s.putState(st)
+	ro, err := s.completion(r, w, st)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	st.resp = s.appendCompletion(st.resp[:0], st, ro)
+	writeBody(w, http.StatusOK, st.resp)
+}
+
+// completion validates a /v1/completions request and generates its answer
+// into st.
+func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState) (responseOptions, error) {
+	if err := s.readBody(w, r, st); err != nil {
+		return responseOptions{}, err
+	}
+	var req completionRequest
+	req.Prompt.ids = st.prompt[:0]
+	if err := decode(st.body.Bytes(), &req); err != nil {
+		return responseOptions{}, err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return responseOptions{}, err
+	}
+	gp, err := req.genParams()
+	if err != nil {
+		return responseOptions{}, err
+	}
+	switch {
+	case !req.Prompt.set:
+		return responseOptions{}, badRequest("prompt is required")
+	case req.Prompt.isText:
+		st.prompt = appendEncode(req.Prompt.ids, req.Prompt.text)
+	default:
+		st.prompt = req.Prompt.ids
+	}
+	if len(st.prompt) == 0 {
+		return responseOptions{}, badRequest("prompt must not be empty")
+	}
+	gp.maxTokens = 16
+	if req.MaxTokens != nil {
+		gp.maxTokens = *req.MaxTokens
+	}
+	if err := checkMaxTokens(gp.maxTokens, len(st.prompt), s.opts.MaxModelLen); err != nil {
+		return responseOptions{}, err
+	}
+	ro := responseOptions{asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs}
+	if req.Logprobs != nil {
+		if err := checkLogprobCount(*req.Logprobs); err != nil {
+			return responseOptions{}, err
+		}
+		ro.logprobs, ro.topN, gp.topN = true, *req.Logprobs, *req.Logprobs
+	}
+	return ro, s.run(r.Context(), st, &gp)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	st := s.getState()
+	defer s.putState(st)
+	ro, err := s.chatCompletion(r, w, st)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	st.resp = s.appendChatCompletion(st.resp[:0], st, ro)
+	writeBody(w, http.StatusOK, st.resp)
+}
+
+// chatCompletion validates a /v1/chat/completions request and generates its
+// answer into st.
+func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genState) (responseOptions, error) {
+	if err := s.readBody(w, r, st); err != nil {
+		return responseOptions{}, err
+	}
+	var req chatRequest
+	if err := decode(st.body.Bytes(), &req); err != nil {
+		return responseOptions{}, err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return responseOptions{}, err
+	}
+	gp, err := req.genParams()
+	if err != nil {
+		return responseOptions{}, err
+	}
+	text, err := renderMessages(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, req.ContinueFinalMessage)
+	if err != nil {
+		return responseOptions{}, err
+	}
+	st.prompt = appendEncode(st.prompt[:0], text)
+	maxLen := s.opts.MaxModelLen
+	switch {
+	case req.MaxCompletionTokens != nil:
+		gp.maxTokens = *req.MaxCompletionTokens
+	case req.MaxTokens != nil:
+		gp.maxTokens = *req.MaxTokens
+	case len(st.prompt) >= maxLen:
+		return responseOptions{}, badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
+			"Please reduce the length of the input messages.", maxLen, len(st.prompt))
+	default:
+		// Like vLLM: whatever room the context window leaves.
+		gp.maxTokens = maxLen - len(st.prompt)
+	}
+	if err := checkMaxTokens(gp.maxTokens, len(st.prompt), maxLen); err != nil {
+		return responseOptions{}, err
+	}
+	ro := responseOptions{logprobs: req.Logprobs, asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs}
+	if req.TopLogprobs != nil {
+		if !req.Logprobs && *req.TopLogprobs > 0 {
+			return responseOptions{}, badRequest("when using `top_logprobs`, `logprobs` must be set to true.")
+		}
+		if err := checkLogprobCount(*req.TopLogprobs); err != nil {
+			return responseOptions{}, err
+		}
+		ro.topN, gp.topN = *req.TopLogprobs, *req.TopLogprobs
+	}
+	return ro, s.run(r.Context(), st, &gp)
+}
+
+func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	st := s.getState()
+	defer s.putState(st)
+	resp, err := s.tokenize(r, w, st)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeJSON(w, resp)
+}
+
+// tokenize answers POST /tokenize: text as is, or messages through the chat
+// template.
+func (s *Server) tokenize(r *http.Request, w http.ResponseWriter, st *genState) (tokenizeResponse, error) {
+	if err := s.readBody(w, r, st); err != nil {
+		return tokenizeResponse{}, err
+	}
+	var req tokenizeRequest
+	if err := decode(st.body.Bytes(), &req); err != nil {
+		return tokenizeResponse{}, err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return tokenizeResponse{}, err
+	}
+	var text string
+	switch {
+	case req.Prompt != nil && req.Messages != nil:
+		return tokenizeResponse{}, badRequest("give either prompt or messages, not both")
+	case req.Prompt != nil:
+		text = *req.Prompt
+	case req.Messages != nil:
+		var err error
+		text, err = renderMessages(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, req.ContinueFinalMessage)
+		if err != nil {
+			return tokenizeResponse{}, err
+		}
+	default:
+		return tokenizeResponse{}, badRequest("prompt or messages is required")
+	}
+	ids := Tokenizer{}.Encode(text)
+	resp := tokenizeResponse{Count: len(ids), MaxModelLen: s.opts.MaxModelLen, Tokens: ids}
+	if req.ReturnTokenStrs {
+		resp.TokenStrs = make([]string, len(ids))
+		for i, id := range ids {
+			resp.TokenStrs[i] = tokenStrings[id]
+		}
+	}
+	return resp, nil
+}
+
+func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
+	st := s.getState()
+	defer s.putState(st)
+	resp, err := s.detokenize(r, w, st)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeJSON(w, resp)
+}
+
+// detokenize answers POST /detokenize.
+func (s *Server) detokenize(r *http.Request, w http.ResponseWriter, st *genState) (detokenizeResponse, error) {
+	if err := s.readBody(w, r, st); err != nil {
+		return detokenizeResponse{}, err
+	}
+	var req detokenizeRequest
+	if err := decode(st.body.Bytes(), &req); err != nil {
+		return detokenizeResponse{}, err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return detokenizeResponse{}, err
+	}
+	for _, id := range req.Tokens {
+		if !inVocab(id) {
+			return detokenizeResponse{}, badRequest("Token id %d is out of vocabulary", id)
+		}
+	}
+	return detokenizeResponse{Prompt: Tokenizer{}.Decode(req.Tokens)}, nil
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	s.writeJSON(w, modelList{Object: "list", Data: []modelCard{{
+		ID: s.opts.Model, Object: "model", Created: s.created, OwnedBy: "vllm",
+		Root: s.opts.Model, MaxModelLen: s.opts.MaxModelLen,
+	}}})
+}
+
+// handleHealth answers 200 with an empty body, as a healthy vLLM does.
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	w.WriteHeader(http.StatusOK)
+}
+
+// labelEscaper escapes a Prometheus label value.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// handleMetrics serves vLLM's two scheduler gauges in Prometheus' text
+// format, which load-aware routers read.
+func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
+	label := `{model_name="` + labelEscaper.Replace(s.opts.Model) + `"}`
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = fmt.Fprintf(w, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"+
+		"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running%s %d.0\n"+
+		"# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"+
+		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s %d.0\n",
+		label, s.running.Load(), label, s.waiting.Load())
+}
+
+// appendHeader appends the fields every generation response starts with.
+func (s *Server) appendHeader(b []byte, idPrefix, object string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, `{"id":"`...)
+	b = append(b, idPrefix...)
+	seq := s.idSeq.Add(1)
+	for _, v := range [2]uint64{s.idPrefix, seq} {
+		for shift := 60; shift >= 0; shift -= 4 {
+			b = append(b, hex[(v>>uint(shift))&15])
+		}
+	}
+	b = append(b, `","object":"`...)
+	b = append(b, object...)
+	b = append(b, `","created":`...)
+	b = strconv.AppendInt(b, time.Now().Unix(), 10)
+	b = append(b, `,"model":`...)
+	return append(b, s.modelJSON...)
+}
+
+// appendChoiceTail appends finish_reason, stop_reason and token_ids.
+func appendChoiceTail(b []byte, st *genState, ro responseOptions) []byte {
+	b = append(b, `,"finish_reason":"`...)
+	b = append(b, st.finish...)
+	b = append(b, `","stop_reason":`...)
+	switch st.stopKind {
+	case stopToken:
+		b = strconv.AppendInt(b, int64(st.stopID), 10)
+	case stopString:
+		b = appendJSONString(b, st.stopMatch)
+	default:
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"token_ids":`...)
+	if ro.tokenIDs {
+		return appendIDs(b, st.ids)
+	}
+	return append(b, "null"...)
+}
+
+// appendUsage appends the usage object and what follows it.
+func appendUsage(b []byte, st *genState) []byte {
+	b = append(b, `"usage":{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(len(st.prompt)), 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, int64(len(st.prompt)+len(st.ids)), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(len(st.ids)), 10)
+	return append(b, `,"prompt_tokens_details":null}`...)
+}
+
+// tokenKey returns a token's JSON string as logprobs show it.
+func tokenKey(id int32, asIDs bool) string {
+	if asIDs {
+		return tokenIDJSON[id]
+	}
+	return tokenJSON[id]
+}
+
+// appendCompletion appends the /v1/completions response for st.
+func (s *Server) appendCompletion(b []byte, st *genState, ro responseOptions) []byte {
+	b = s.appendHeader(b, "cmpl-", "text_completion")
+	b = append(b, `,"choices":[{"index":0,"text":`...)
+	b = appendJSONString(b, string(st.out))
+	b = append(b, `,"logprobs":`...)
+	if ro.logprobs {
+		b = appendCompletionLogprobs(b, st, ro)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = appendChoiceTail(b, st, ro)
+	b = append(b, `,"prompt_logprobs":null,"prompt_token_ids":`...)
+	if ro.tokenIDs {
+		b = appendIDs(b, st.prompt)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `}],"service_tier":null,"system_fingerprint":null,`...)
+	b = appendUsage(b, st)
+	return append(b, `,"kv_transfer_params":null}`...)
+}
+
+// appendCompletionLogprobs appends the legacy completions logprobs object.
+// As in vLLM, each top_logprobs entry maps the sampled token and the topN
+// most likely tokens to their logprobs.
+func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte {
+	b = append(b, `{"text_offset":`...)
+	b = appendIDs(b, st.offsets)
+	b = append(b, `,"token_logprobs":[`...)
+	for i, lp := range st.logp {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendLogprob(b, lp)
+	}
+	b = append(b, `],"tokens":[`...)
+	for i, id := range st.ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, tokenKey(id, ro.asIDs)...)
+	}
+	b = append(b, `],"top_logprobs":[`...)
+	for i, id := range st.ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		b = append(b, tokenKey(id, ro.asIDs)...)
+		b = append(b, ':')
+		b = appendLogprob(b, st.logp[i])
+		for _, a := range st.tops[i*ro.topN : (i+1)*ro.topN] {
+			if a.id == id {
+				continue
+			}
+			b = append(b, ',')
+			b = append(b, tokenKey(a.id, ro.asIDs)...)
+			b = append(b, ':')
+			b = appendLogprob(b, a.logp)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// appendChatCompletion appends the /v1/chat/completions response for st.
+func (s *Server) appendChatCompletion(b []byte, st *genState, ro responseOptions) []byte {
+	b = s.appendHeader(b, "chatcmpl-", "chat.completion")
+	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+	b = appendJSONString(b, string(st.out))
+	b = append(b, `,"reasoning_content":null,"tool_calls":[]},"logprobs":`...)
+	if ro.logprobs {
+		b = appendChatLogprobs(b, st, ro)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = appendChoiceTail(b, st, ro)
+	b = append(b, `}],"service_tier":null,"system_fingerprint":null,`...)
+	b = appendUsage(b, st)
+	b = append(b, `,"prompt_logprobs":null,"prompt_token_ids":`...)
+	if ro.tokenIDs {
+		b = appendIDs(b, st.prompt)
+	} else {
+		b = append(b, "null"...)
+	}
+	return append(b, `,"kv_transfer_params":null}`...)
+}
+
+// appendChatLogprobs appends the chat logprobs object: per token its
+// string, logprob, bytes and the topN most likely tokens.
+func appendChatLogprobs(b []byte, st *genState, ro responseOptions) []byte {
+	entry := func(b []byte, id int32, lp float64) []byte {
+		b = append(b, `{"token":`...)
+		b = append(b, tokenKey(id, ro.asIDs)...)
+		b = append(b, `,"logprob":`...)
+		b = appendLogprob(b, lp)
+		b = append(b, `,"bytes":`...)
+		return append(b, tokenBytesJSON[id]...)
+	}
+	b = append(b, `{"content":[`...)
+	for i, id := range st.ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = entry(b, id, st.logp[i])
+		b = append(b, `,"top_logprobs":[`...)
+		for j, a := range st.tops[i*ro.topN : (i+1)*ro.topN] {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(entry(b, a.id, a.logp), '}')
+		}
+		b = append(b, "]}"...)
+	}
+	return append(b, "]}"...)
+}

@@ -1,0 +1,247 @@
+package toyllm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultModel       = "rollfleet-toy"
+	DefaultMaxModelLen = 32768
+)
+
+// shutdownGrace is how long in-flight requests may run on after the serving
+// context is cancelled, before they are aborted.
+const shutdownGrace = 5 * time.Second
+
+// Options configure a Server. The zero value serves DefaultModel with a
+// DefaultMaxModelLen context window, no latency and no concurrency cap.
+type Options struct {
+	// Model is the served model name; requests naming another model get
+	// vLLM's 404. Default DefaultModel.
+	Model string
+	// MaxModelLen is the context window in tokens. Default DefaultMaxModelLen.
+	MaxModelLen int
+	// TokenLatency is the simulated time per generated token (0: none).
+	// The wait ends early, with an error, when the request's context ends.
+	TokenLatency time.Duration
+	// MaxConcurrent caps the sequences generating at once (0: unlimited);
+	// further requests wait for a slot, as long as their context lasts.
+	MaxConcurrent int
+	// Record, when set, is called once per successful choice of
+	// /v1/completions and /v1/chat/completions with copies of the prompt and
+	// generated token ids, before the response is written and while the
+	// request still holds its generation slot. Tests use it to know exactly
+	// what was sampled.
+	Record func(prompt, generated []int32)
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the stand-in model server. It is safe for concurrent use.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	handler http.Handler
+	maxBody int64
+	created int64
+	// modelJSON is the model name as a JSON string, written in every
+	// response.
+	modelJSON []byte
+
+	slots   chan struct{} // nil when unlimited
+	running atomic.Int64
+	waiting atomic.Int64
+
+	idPrefix uint64
+	idSeq    atomic.Uint64
+	states   sync.Pool
+}
+
+// New returns a Server configured by opts.
+func New(opts Options) *Server {
+	if opts.Model == "" {
+		opts.Model = DefaultModel
+	}
+	if opts.MaxModelLen <= 0 {
+		opts.MaxModelLen = DefaultMaxModelLen
+	}
+	opts.TokenLatency = max(opts.TokenLatency, 0)
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{
+		opts: opts,
+		log:  opts.Logger,
+		// Room for a prompt of the whole context as token ids or escaped
+		// text, plus the rest of the request.
+		maxBody:   1<<20 + 16*int64(opts.MaxModelLen),
+		created:   time.Now().Unix(),
+		modelJSON: appendJSONString(nil, opts.Model),
+		idPrefix:  rand.Uint64(),
+	}
+	s.states.New = func() any { return new(genState) }
+	if opts.MaxConcurrent > 0 {
+		s.slots = make(chan struct{}, opts.MaxConcurrent)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	s.handler = mux
+	return s
+}
+
+// Handler returns the HTTP handler serving vLLM's API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Tokenizer returns the served model's tokenizer.
+func (s *Server) Tokenizer() Tokenizer { return Tokenizer{} }
+
+// ListenAndServe serves on addr until ctx is cancelled, then shuts down
+// gracefully.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("toyllm: listen on %s: %w", addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is cancelled, then shuts down: it stops
+// accepting, lets in-flight requests finish for a grace period, and aborts
+// the ones still running after it. It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// Requests get a context of their own, cancelled only when the grace
+	// period is over.
+	reqCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.log.Info("toyllm: serving", "addr", ln.Addr().String(), "model", s.opts.Model)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		// The listener failed; drop the connections it had accepted.
+		abort()
+		_ = srv.Close()
+		return fmt.Errorf("toyllm: serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		abort()
+		if err := srv.Close(); err != nil {
+			s.log.Warn("toyllm: close", "err", err)
+		}
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("toyllm: serve: %w", err)
+	}
+	return nil
+}
+
+// Start serves on addr (such as "127.0.0.1:0" for a free loopback port) in
+// the background. It returns the server's base URL, such as
+// "http://127.0.0.1:41234", and stop, which shuts the server down and waits
+// until it has; stop may be called more than once. Cancelling ctx also shuts
+// the server down.
+func (s *Server) Start(ctx context.Context, addr string) (url string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("toyllm: listen on %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.Serve(ctx, ln); err != nil {
+			s.log.Error("toyllm: stopped", "err", err)
+		}
+	}()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		<-done
+	})
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// acquire takes a generation slot, waiting while all are busy.
+func (s *Server) acquire(ctx context.Context) error {
+	if s.slots != nil {
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.waiting.Add(1)
+			defer s.waiting.Add(-1)
+			select {
+			case s.slots <- struct{}{}:
+			case <-ctx.Done():
+				return &apiError{http.StatusServiceUnavailable, fmt.Sprintf("request cancelled while waiting for a generation slot: %v", ctx.Err())}
+			}
+		}
+	}
+	s.running.Add(1)
+	return nil
+}
+
+// release gives back the slot taken by acquire.
+func (s *Server) release() {
+	s.running.Add(-1)
+	if s.slots != nil {
+		<-s.slots
+	}
+}
+
+// run generates the response of one request inside a generation slot,
+// simulates its latency and reports it to Options.Record.
+func (s *Server) run(ctx context.Context, st *genState, gp *genParams) error {
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.release()
+	generate(st, gp)
+	if d := s.opts.TokenLatency; d > 0 {
+		// One wait for the whole response: nothing is streamed, so the
+		// client cannot tell it from a wait per token.
+		t := time.NewTimer(time.Duration(len(st.ids)) * d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return &apiError{http.StatusServiceUnavailable, fmt.Sprintf("request cancelled during generation: %v", ctx.Err())}
+		}
+	}
+	if s.opts.Record != nil {
+		s.opts.Record(slices.Clone(st.prompt), slices.Clone(st.ids))
+	}
+	return nil
+}
+
+func (s *Server) getState() *genState { return s.states.Get().(*genState) }
+
+func (s *Server) putState(st *genState) {
+	if !st.oversized() {
+		s.states.Put(st)
+	}
+}
