@@ -73,8 +73,15 @@ func Render(msgs []Message, addGenerationPrompt bool) string {
 //
 // A typical suffix is `Enter your next guess within \boxed{}.`.
 func Feedback(action, obs, suffix string, done bool) string {
+	return FeedbackClosed(strings.HasSuffix(action, ImEnd), obs, suffix, done)
+}
+
+// FeedbackClosed is Feedback for a caller that knows whether the action's
+// tokens ended with the end-of-turn token. vLLM leaves a stop token's text
+// out of the completion text, so the text alone cannot tell.
+func FeedbackClosed(closed bool, obs, suffix string, done bool) string {
 	closing := ImEnd + "\n"
-	if strings.HasSuffix(action, ImEnd) {
+	if closed {
 		closing = "\n"
 	}
 	var b strings.Builder

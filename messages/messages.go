@@ -97,15 +97,19 @@ type GenerateRequest struct {
 // GenerateReply answers a GenerateRequest: the sampled token ids exactly as the engine returned
 // them, with their log-probabilities, or an error with a Code.
 type GenerateReply struct {
-	V             uint8    `msgpack:"v"`
-	Tokens        Tokens   `msgpack:"tk"`
-	Logprobs      Logprobs `msgpack:"lp"`
-	Text          string   `msgpack:"tx"`
-	FinishReason  string   `msgpack:"fr"`
-	Endpoint      string   `msgpack:"ep"`
-	PolicyVersion int64    `msgpack:"pv,omitempty"`
-	Error         string   `msgpack:"err,omitempty"`
-	Code          string   `msgpack:"c,omitempty"`
+	V            uint8    `msgpack:"v"`
+	Tokens       Tokens   `msgpack:"tk"`
+	Logprobs     Logprobs `msgpack:"lp"`
+	Text         string   `msgpack:"tx"`
+	FinishReason string   `msgpack:"fr"`
+	// EndOfTurn is true when the last of Tokens is the chat template's
+	// end-of-turn token (<|im_end|> for ChatML): the model closed its turn.
+	// vLLM leaves a stop token's text out of Text, so Text cannot tell.
+	EndOfTurn     bool   `msgpack:"eot,omitempty"`
+	Endpoint      string `msgpack:"ep"`
+	PolicyVersion int64  `msgpack:"pv,omitempty"`
+	Error         string `msgpack:"err,omitempty"`
+	Code          string `msgpack:"c,omitempty"`
 }
 
 // ChatMessage is one turn of a chat to be rendered by the model's chat template.

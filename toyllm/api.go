@@ -14,16 +14,24 @@ import (
 // vLLM's default --max-logprobs.
 const maxLogprobs = 20
 
-// apiError is an error answered with vLLM's error body.
+// apiError is an error answered with an HTTP status and vLLM's error body.
 type apiError struct {
 	status int
-	msg    string
+	err    error
 }
 
-func (e *apiError) Error() string { return e.msg }
+func (e *apiError) Error() string { return e.err.Error() }
 
+func (e *apiError) Unwrap() error { return e.err }
+
+// statusError returns an apiError; format and args are as for fmt.Errorf.
+func statusError(status int, format string, args ...any) *apiError {
+	return &apiError{status, fmt.Errorf(format, args...)}
+}
+
+// badRequest returns a 400 apiError.
 func badRequest(format string, args ...any) *apiError {
-	return &apiError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+	return statusError(http.StatusBadRequest, format, args...)
 }
 
 // errorType is the "type" of vLLM's error body for an HTTP status.
@@ -155,9 +163,7 @@ type promptInput struct {
 	set    bool
 }
 
-// UnmarshalJSON parses the prompt. Token-id lists are parsed by hand because
-// they are the bulk of every multi-turn request; encoding/json has already
-// checked that b is valid JSON.
+// UnmarshalJSON parses the prompt: a string, a list of token ids, or null.
 func (p *promptInput) UnmarshalJSON(b []byte) error {
 	switch b[0] {
 	case 'n':
@@ -167,60 +173,187 @@ func (p *promptInput) UnmarshalJSON(b []byte) error {
 		return json.Unmarshal(b, &p.text)
 	case '[':
 		p.set = true
-		return p.parseIDs(b[1:])
+		return p.parseIDs(b)
 	}
 	return errors.New("prompt must be a string or a list of token ids")
 }
 
-// parseIDs parses the rest of a JSON array of token ids, after its '['.
+// parseIDs parses b, a JSON list of token ids, strictly: it is the only
+// check of the list's syntax when findPromptList took it out of the body.
+// It runs once per token of every prompt, hence the hand-rolled loop.
 func (p *promptInput) parseIDs(b []byte) error {
-	p.ids = p.ids[:0]
-	for i := 0; ; {
-		for i < len(b) && isSpace(b[i]) {
+	ids := p.ids[:0]
+	defer func() { p.ids = ids }()
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == ']' {
+		return endOfList(b, i)
+	}
+	for i < len(b) {
+		start := i
+		c := b[i]
+		if c == '-' {
 			i++
+			if i == len(b) {
+				break
+			}
+			c = b[i]
 		}
-		if i >= len(b) {
-			return errors.New("prompt: unterminated list")
-		}
-		switch c := b[i]; {
-		case c == ']' && len(p.ids) == 0:
-			return nil
-		case c == '"' || c == '[':
-			return errors.New("batched prompts are not supported: send one prompt per request")
-		case c == '-' || (c >= '0' && c <= '9'):
-		default:
+		if c < '0' || c > '9' {
+			if c == '"' || c == '[' {
+				return errors.New("batched prompts are not supported: send one prompt per request")
+			}
 			return errors.New("prompt must be a string or a list of token ids")
 		}
-		j := i
-		for j < len(b) && b[j] != ',' && b[j] != ']' && !isSpace(b[j]) {
-			j++
+		v := int(c - '0')
+		i++
+		if v == 0 && i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			return errors.New("prompt: invalid number in the list of token ids")
 		}
-		num := b[i:j]
-		neg := num[0] == '-'
-		if neg {
-			num = num[1:]
+		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			if v < VocabSize {
+				v = v*10 + int(b[i]-'0')
+			}
 		}
-		v, n := parseNum(num)
-		if n == 0 || n < len(num) {
-			return fmt.Errorf("prompt token ids must be integers, got %s", b[i:j])
+		if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+			return errors.New("prompt token ids must be integers")
 		}
-		if (neg && v != 0) || v >= VocabSize {
-			return fmt.Errorf("Token id %s is out of vocabulary", b[i:j])
+		if v >= VocabSize || (b[start] == '-' && v != 0) {
+			return fmt.Errorf("Token id %s is out of vocabulary", b[start:i])
 		}
-		p.ids = append(p.ids, int32(v))
-		for i = j; i < len(b) && isSpace(b[i]); i++ {
+		ids = append(ids, int32(v))
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+			continue
 		}
-		if i >= len(b) {
-			return errors.New("prompt: unterminated list")
+		i = skipSpace(b, i)
+		switch {
+		case i >= len(b):
+		case b[i] == ']':
+			return endOfList(b, i)
+		case b[i] != ',':
+			return errors.New("prompt: invalid list of token ids")
 		}
-		if b[i] == ']' {
-			return nil
+		i = skipSpace(b, i+1)
+	}
+	return errors.New("prompt: unterminated list")
+}
+
+// endOfList checks that the list's closing bracket at i ends b.
+func endOfList(b []byte, i int) error {
+	if i != len(b)-1 {
+		return errors.New("prompt: invalid list of token ids")
+	}
+	return nil
+}
+
+// skipSpace returns the index of the first non-space byte of b from i.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// findPromptList finds the span of a top-level "prompt" member whose value
+// is a flat list: the token ids that make up most of a multi-turn request.
+// Parsing that span by hand and leaving only the rest of the body to
+// encoding/json makes a request several times cheaper. When the body has
+// another form, ok is false and encoding/json decodes all of it; the scan
+// only locates, so a body it misjudges is still decoded correctly.
+func findPromptList(b []byte) (start, end int, ok bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return 0, 0, false
+	}
+	for i++; ; i++ {
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return 0, 0, false
 		}
-		i++ // the ','
+		keyEnd, ok := skipString(b, i)
+		if !ok {
+			return 0, 0, false
+		}
+		key := b[i+1 : keyEnd-1]
+		i = skipSpace(b, keyEnd)
+		if i >= len(b) || b[i] != ':' {
+			return 0, 0, false
+		}
+		i = skipSpace(b, i+1)
+		if string(key) == "prompt" {
+			if i >= len(b) || b[i] != '[' {
+				return 0, 0, false
+			}
+			for j := i + 1; j < len(b); j++ {
+				switch b[j] {
+				case ']':
+					return i, j + 1, true
+				case '[', '{', '"':
+					return 0, 0, false
+				}
+			}
+			return 0, 0, false
+		}
+		if i, ok = skipValue(b, i); !ok {
+			return 0, 0, false
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != ',' {
+			return 0, 0, false
+		}
 	}
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+// skipString returns the index after the JSON string starting at b[i].
+func skipString(b []byte, i int) (int, bool) {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1, true
+		}
+	}
+	return 0, false
+}
+
+// skipValue returns the index after the JSON value starting at b[i].
+func skipValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '[', '{':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				end, ok := skipString(b, i)
+				if !ok {
+					return 0, false
+				}
+				i = end - 1
+			case '[', '{':
+				depth++
+			case ']', '}':
+				if depth--; depth == 0 {
+					return i + 1, true
+				}
+			}
+		}
+		return 0, false
+	}
+	// A number or a literal runs to the next delimiter.
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i, true
+		}
+	}
+	return i, true
+}
 
 // stopList is vLLM's "stop": one string or a list of strings.
 type stopList []string

@@ -294,11 +294,11 @@ func TestFinishAndStop(t *testing.T) {
 }
 
 func TestCompletionsTextPrompt(t *testing.T) {
-	var got []int32
-	_, url := newTestServer(t, Options{Record: func(prompt, _ []int32) { got = prompt }})
+	var rec recorder
+	_, url := newTestServer(t, Options{Record: rec.record})
 	text := "<|im_start|>user\nGuess the number between 3 and 5.<|im_end|>\n<|im_start|>assistant\n"
 	r := newClient(t, url).complete(map[string]any{"prompt": text, "temperature": 0, "max_tokens": 64, "return_token_ids": true})
-	if want := (Tokenizer{}).Encode(text); !slices.Equal(r.Choices[0].PromptTokenIDs, want) || !slices.Equal(got, want) {
+	if want := (Tokenizer{}).Encode(text); !slices.Equal(r.Choices[0].PromptTokenIDs, want) || !slices.Equal(rec.all()[0].prompt, want) {
 		t.Errorf("prompt ids %v, want %v", r.Choices[0].PromptTokenIDs, want)
 	}
 	if r.Choices[0].Text != `It is between 3 and 5, so I try 4. \boxed{4}` {

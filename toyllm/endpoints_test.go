@@ -88,13 +88,8 @@ func cmpFloat(a, b float64) int {
 }
 
 func TestChatPromptForms(t *testing.T) {
-	var prompts [][]int32
-	var mu sync.Mutex
-	_, url := newTestServer(t, Options{Record: func(p, _ []int32) {
-		mu.Lock()
-		defer mu.Unlock()
-		prompts = append(prompts, p)
-	}})
+	var rec recorder
+	_, url := newTestServer(t, Options{Record: rec.record})
 	c := newClient(t, url)
 	var tok Tokenizer
 	tests := []struct {
@@ -124,7 +119,8 @@ func TestChatPromptForms(t *testing.T) {
 		if status != http.StatusOK {
 			t.Fatalf("%s: status %d: %s", tc.name, status, body)
 		}
-		if got := tok.Decode(prompts[len(prompts)-1]); got != tc.want {
+		calls := rec.all()
+		if got := tok.Decode(calls[len(calls)-1].prompt); got != tc.want {
 			t.Errorf("%s: prompt %q, want %q", tc.name, got, tc.want)
 		}
 	}
@@ -303,7 +299,7 @@ func TestBodyTooLarge(t *testing.T) {
 	s, url := newTestServer(t, Options{MaxModelLen: 16})
 	body := `{"prompt":"` + strings.Repeat("a", int(s.maxBody)) + `"}`
 	status, out := newClient(t, url).post("/v1/completions", body)
-	checkError(t, status, []byte(out), http.StatusRequestEntityTooLarge, "request body exceeds")
+	checkError(t, status, out, http.StatusRequestEntityTooLarge, "request body exceeds")
 }
 
 // waitFor polls cond until it holds; the test's deadline bounds the wait.
@@ -387,15 +383,15 @@ func TestMaxConcurrent(t *testing.T) {
 }
 
 func TestRecord(t *testing.T) {
-	type call struct{ prompt, generated []int32 }
-	var calls []call
-	_, url := newTestServer(t, Options{Record: func(p, g []int32) { calls = append(calls, call{p, g}) }})
+	var rec recorder
+	_, url := newTestServer(t, Options{Record: rec.record})
 	c := newClient(t, url)
 	prompt := gamePrompt()
 	r := c.complete(map[string]any{"prompt": prompt, "max_tokens": 64, "seed": 3, "return_token_ids": true})
 	if status, _ := c.post("/v1/completions", `{"prompt":[1],"n":3}`); status != http.StatusBadRequest {
 		t.Fatalf("status %d", status)
 	}
+	calls := rec.all()
 	if len(calls) != 1 {
 		t.Fatalf("Record called %d times, want once", len(calls))
 	}
@@ -472,6 +468,9 @@ func TestListenAndServe(t *testing.T) {
 	cancel()
 	if err := <-errc; err != nil {
 		t.Errorf("ListenAndServe: %v", err)
+	}
+	if !strings.Contains(logs.String(), "toyllm: serving") {
+		t.Errorf("logs %q lack the serving line", logs.String())
 	}
 	if err := s.ListenAndServe(t.Context(), "bad address"); err == nil {
 		t.Errorf("ListenAndServe on a bad address succeeded")

@@ -53,7 +53,9 @@ const (
 // genState holds one request's buffers. States are pooled, so that a
 // request allocates nothing per token once the pool is warm.
 type genState struct {
-	body     bytes.Buffer
+	body bytes.Buffer
+	// rest is the body without its prompt list, for encoding/json.
+	rest     []byte
 	prompt   []int32
 	text     []byte // the decoded prompt, read by the policy
 	planText []byte
@@ -79,7 +81,7 @@ type genState struct {
 const maxPooledBytes = 1 << 20
 
 func (st *genState) oversized() bool {
-	return st.body.Cap() > maxPooledBytes || cap(st.prompt) > maxPooledBytes/4 ||
+	return st.body.Cap() > maxPooledBytes || cap(st.rest) > maxPooledBytes || cap(st.prompt) > maxPooledBytes/4 ||
 		cap(st.text) > maxPooledBytes || cap(st.resp) > maxPooledBytes
 }
 

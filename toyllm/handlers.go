@@ -41,7 +41,8 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	if errors.As(err, &ae) {
 		status = ae.status
 	}
-	if status >= 500 {
+	// A 503 only means that the client left or the server is stopping.
+	if status >= 500 && status != http.StatusServiceUnavailable {
 		s.log.Error("toyllm: request failed", "status", status, "err", err)
 	} else {
 		s.log.Debug("toyllm: request rejected", "status", status, "err", err)
@@ -60,9 +61,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, st *genState) 
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		return &apiError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.maxBody)}
+		return statusError(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", s.maxBody)
 	case err != nil:
-		return badRequest("reading request body: %v", err)
+		return badRequest("reading request body: %w", err)
 	}
 	return nil
 }
@@ -77,7 +78,7 @@ func decode(body []byte, v any) error {
 	// unmarshalers' errors already say what is wrong.
 	switch e := err.(type) {
 	case *json.SyntaxError:
-		return badRequest("invalid JSON body: %v", err)
+		return badRequest("invalid JSON body: %w", err)
 	case *json.UnmarshalTypeError:
 		if e.Field == "" {
 			return badRequest("request body must be a JSON object")
@@ -85,7 +86,7 @@ func decode(body []byte, v any) error {
 		field := strings.TrimPrefix(e.Field, "samplingRequest.")
 		return badRequest("invalid value for field %q: JSON %s where %s was expected", field, e.Value, e.Type)
 	}
-	return badRequest("%v", err)
+	return badRequest("%w", err)
 }
 
 // checkModel accepts an empty model name or the served one.
@@ -93,7 +94,7 @@ func (s *Server) checkModel(name string) error {
 	if name == "" || name == s.opts.Model {
 		return nil
 	}
-	return &apiError{http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", name)}
+	return statusError(http.StatusNotFound, "The model `%s` does not exist.", name)
 }
 
 // checkLogprobCount validates a requested number of alternatives.
@@ -133,9 +134,18 @@ func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState
 	if err := s.readBody(w, r, st); err != nil {
 		return responseOptions{}, err
 	}
+	body := st.body.Bytes()
 	var req completionRequest
 	req.Prompt.ids = st.prompt[:0]
-	if err := decode(st.body.Bytes(), &req); err != nil {
+	if start, end, ok := findPromptList(body); ok {
+		if err := req.Prompt.parseIDs(body[start:end]); err != nil {
+			return responseOptions{}, badRequest("%w", err)
+		}
+		req.Prompt.set = true
+		st.rest = append(append(append(st.rest[:0], body[:start]...), "null"...), body[end:]...)
+		body = st.rest
+	}
+	if err := decode(body, &req); err != nil {
 		return responseOptions{}, err
 	}
 	if err := s.checkModel(req.Model); err != nil {
@@ -429,6 +439,7 @@ func (s *Server) appendCompletion(b []byte, st *genState, ro responseOptions) []
 // As in vLLM, each top_logprobs entry maps the sampled token and the topN
 // most likely tokens to their logprobs.
 func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte {
+	var lpf logprobFormatter
 	b = append(b, `{"text_offset":`...)
 	b = appendIDs(b, st.offsets)
 	b = append(b, `,"token_logprobs":[`...)
@@ -436,7 +447,7 @@ func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendLogprob(b, lp)
+		b = lpf.append(b, lp)
 	}
 	b = append(b, `],"tokens":[`...)
 	for i, id := range st.ids {
@@ -453,7 +464,7 @@ func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte
 		b = append(b, '{')
 		b = append(b, tokenKey(id, ro.asIDs)...)
 		b = append(b, ':')
-		b = appendLogprob(b, st.logp[i])
+		b = lpf.append(b, st.logp[i])
 		for _, a := range st.tops[i*ro.topN : (i+1)*ro.topN] {
 			if a.id == id {
 				continue
@@ -461,7 +472,7 @@ func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte
 			b = append(b, ',')
 			b = append(b, tokenKey(a.id, ro.asIDs)...)
 			b = append(b, ':')
-			b = appendLogprob(b, a.logp)
+			b = lpf.append(b, a.logp)
 		}
 		b = append(b, '}')
 	}
@@ -494,11 +505,12 @@ func (s *Server) appendChatCompletion(b []byte, st *genState, ro responseOptions
 // appendChatLogprobs appends the chat logprobs object: per token its
 // string, logprob, bytes and the topN most likely tokens.
 func appendChatLogprobs(b []byte, st *genState, ro responseOptions) []byte {
+	var lpf logprobFormatter
 	entry := func(b []byte, id int32, lp float64) []byte {
 		b = append(b, `{"token":`...)
 		b = append(b, tokenKey(id, ro.asIDs)...)
 		b = append(b, `,"logprob":`...)
-		b = appendLogprob(b, lp)
+		b = lpf.append(b, lp)
 		b = append(b, `,"bytes":`...)
 		return append(b, tokenBytesJSON[id]...)
 	}

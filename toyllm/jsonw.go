@@ -34,6 +34,10 @@ func appendJSONString(dst []byte, s string) []byte {
 				dst = append(dst, '\\', 'r')
 			case '\t':
 				dst = append(dst, '\\', 't')
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
 			default:
 				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
 			}
@@ -90,14 +94,54 @@ func appendLogprob(dst []byte, f float64) []byte {
 	return dst
 }
 
-// appendIDs appends a JSON array of token ids.
+// logprobFormatter formats logprobs, remembering the last few: a response
+// repeats a handful of distinct values many times, and formatting a float
+// is the costliest part of writing it.
+type logprobFormatter struct {
+	n    int
+	bits [8]uint64
+	size [8]uint8
+	text [8][32]byte
+}
+
+// append appends v as appendLogprob does.
+func (f *logprobFormatter) append(dst []byte, v float64) []byte {
+	bits := math.Float64bits(v)
+	for i := range f.n {
+		if f.bits[i] == bits {
+			return append(dst, f.text[i][:f.size[i]]...)
+		}
+	}
+	start := len(dst)
+	dst = appendLogprob(dst, v)
+	if k := f.n; k < len(f.bits) && len(dst)-start <= len(f.text[k]) {
+		f.bits[k], f.size[k] = bits, uint8(copy(f.text[k][:], dst[start:]))
+		f.n++
+	}
+	return dst
+}
+
+// smallInts holds the decimal text of 0..VocabSize-1, so that token ids are
+// written without formatting.
+var smallInts = func() (t [VocabSize]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+// appendIDs appends a JSON array of token ids (or other integers).
 func appendIDs(dst []byte, ids []int32) []byte {
 	dst = append(dst, '[')
 	for i, id := range ids {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = strconv.AppendInt(dst, int64(id), 10)
+		if id >= 0 && id < VocabSize {
+			dst = append(dst, smallInts[id]...)
+		} else {
+			dst = strconv.AppendInt(dst, int64(id), 10)
+		}
 	}
 	return append(dst, ']')
 }
@@ -106,6 +150,7 @@ func appendIDs(dst []byte, ids []int32) []byte {
 // tokenIDStrings, and tokenBytesJSON each token's bytes as a JSON array.
 var tokenJSON, tokenIDJSON, tokenBytesJSON = buildTokenJSON()
 
+// buildTokenJSON computes tokenJSON, tokenIDJSON and tokenBytesJSON.
 func buildTokenJSON() (strs, idStrs, byteArrays [VocabSize]string) {
 	for id := range VocabSize {
 		strs[id] = string(appendJSONString(nil, tokenStrings[id]))

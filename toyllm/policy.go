@@ -69,6 +69,7 @@ func slipsOf(id int32) []int32 {
 	return nil
 }
 
+// buildShapes computes the step shape of every token once.
 func buildShapes() *[VocabSize]stepShape {
 	var t [VocabSize]stepShape
 	for id := range int32(VocabSize) {

@@ -197,7 +197,7 @@ func (s *Server) acquire(ctx context.Context) error {
 			select {
 			case s.slots <- struct{}{}:
 			case <-ctx.Done():
-				return &apiError{http.StatusServiceUnavailable, fmt.Sprintf("request cancelled while waiting for a generation slot: %v", ctx.Err())}
+				return statusError(http.StatusServiceUnavailable, "request cancelled while waiting for a generation slot: %w", ctx.Err())
 			}
 		}
 	}
@@ -229,7 +229,7 @@ func (s *Server) run(ctx context.Context, st *genState, gp *genParams) error {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return &apiError{http.StatusServiceUnavailable, fmt.Sprintf("request cancelled during generation: %v", ctx.Err())}
+			return statusError(http.StatusServiceUnavailable, "request cancelled during generation: %w", ctx.Err())
 		}
 	}
 	if s.opts.Record != nil {

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -144,9 +146,9 @@ type (
 		TokenIDs     []int32 `json:"token_ids"`
 	}
 	chatLogprob struct {
-		Token       string          `json:"token"`
-		Logprob     float64         `json:"logprob"`
-		Bytes       []int           `json:"bytes"`
+		Token       string           `json:"token"`
+		Logprob     float64          `json:"logprob"`
+		Bytes       []int            `json:"bytes"`
 		TopLogprobs []chatTopLogprob `json:"top_logprobs"`
 	}
 	chatTopLogprob struct {
@@ -176,5 +178,25 @@ func requireKeys(t *testing.T, what string, obj json.RawMessage, keys ...string)
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// recorder collects the calls of Options.Record.
+type recorder struct {
+	mu    sync.Mutex
+	calls []recorded
+}
+
+type recorded struct{ prompt, generated []int32 }
+
+func (r *recorder) record(prompt, generated []int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, recorded{prompt, generated})
+}
+
+func (r *recorder) all() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
 
 func textLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

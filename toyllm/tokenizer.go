@@ -96,9 +96,6 @@ func appendTokenText(dst []byte, id int32, skipSpecial bool) []byte {
 // inVocab reports whether id is a token id of the vocabulary.
 func inVocab(id int32) bool { return id >= 0 && id < VocabSize }
 
-// isSpecial reports whether id is one of the special tokens.
-func isSpecial(id int32) bool { return id >= EndOfTextID && id < VocabSize }
-
 // tokenStrings holds, per id, the token's string as logprobs show it: ASCII
 // bytes as themselves, other bytes as "<0xNN>" (the convention of byte-fallback
 // vocabularies, which keeps every token string distinct and valid UTF-8), and
@@ -107,6 +104,7 @@ func isSpecial(id int32) bool { return id >= EndOfTextID && id < VocabSize }
 // responses never format a token per request.
 var tokenStrings, tokenIDStrings = buildTokenStrings()
 
+// buildTokenStrings computes tokenStrings and tokenIDStrings.
 func buildTokenStrings() (strs, idStrs [VocabSize]string) {
 	const hex = "0123456789ABCDEF"
 	for id := range VocabSize {

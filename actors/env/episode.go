@@ -198,7 +198,7 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	t1 := time.Now()
 	res := e.env.Step(rep.Text)
 	done := res.Done()
-	feedback := chat.Feedback(rep.Text, res.Observation, e.spec.ChatSuffix, done)
+	feedback := chat.FeedbackClosed(rep.EndOfTurn, res.Observation, e.spec.ChatSuffix, done)
 	ftoks, err := e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: feedback})
 	if err != nil {
 		return nil, err

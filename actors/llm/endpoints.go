@@ -2,11 +2,19 @@ package llm
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/fnv"
+	"sync"
 	"sync/atomic"
 
+	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/vllm"
 )
+
+// errNoEndOfTurn means the model's tokenizer has no single ChatML end-of-turn
+// token, so multi-turn ChatML rollouts cannot be built for it.
+var errNoEndOfTurn = errors.New("llm: model has no ChatML end-of-turn token")
 
 // endpoint is one model server with its in-flight bound and health state.
 type endpoint struct {
@@ -14,6 +22,30 @@ type endpoint struct {
 	client  *vllm.Client
 	slots   chan struct{} // capacity = per-endpoint in-flight cap
 	healthy atomic.Bool
+
+	eotMu sync.Mutex
+	eotID int32 // the end-of-turn token id; -1 until learned
+}
+
+// endsTurn reports whether ids end with the model's end-of-turn token. The
+// id depends on the model's tokenizer, so it is learned from the server once.
+func (e *endpoint) endsTurn(ctx context.Context, ids []int32) (bool, error) {
+	if len(ids) == 0 {
+		return false, nil
+	}
+	e.eotMu.Lock()
+	defer e.eotMu.Unlock()
+	if e.eotID < 0 {
+		toks, err := e.client.Tokenize(ctx, vllm.TokenizeRequest{Prompt: chat.ImEnd})
+		if err != nil {
+			return false, fmt.Errorf("learn end-of-turn token: %w", err)
+		}
+		if len(toks) != 1 {
+			return false, fmt.Errorf("%w: %q is %d tokens for this model, not one special token", errNoEndOfTurn, chat.ImEnd, len(toks))
+		}
+		e.eotID = toks[0]
+	}
+	return ids[len(ids)-1] == e.eotID, nil
 }
 
 func (e *endpoint) inFlight() int { return len(e.slots) }

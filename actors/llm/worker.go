@@ -89,7 +89,7 @@ func New(nc *nats.Conn, opts Options) (*Worker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("llm: endpoint %q: %w", u, err)
 		}
-		e := &endpoint{url: c.BaseURL(), client: c, slots: make(chan struct{}, opts.MaxInFlight)}
+		e := &endpoint{url: c.BaseURL(), client: c, slots: make(chan struct{}, opts.MaxInFlight), eotID: -1}
 		e.healthy.Store(true)
 		w.router.eps = append(w.router.eps, e)
 	}
@@ -200,9 +200,13 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 		Stop:        req.Sampling.Stop,
 	}
 	var out vllm.Completion
+	var eot bool
 	ep, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
 		var err error
-		out, err = e.client.Complete(ctx, creq)
+		if out, err = e.client.Complete(ctx, creq); err != nil {
+			return err
+		}
+		eot, err = e.endsTurn(ctx, out.TokenIDs)
 		return err
 	})
 	if err != nil {
@@ -214,6 +218,7 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 		Logprobs:     out.Logprobs,
 		Text:         out.Text,
 		FinishReason: out.FinishReason,
+		EndOfTurn:    eot,
 		Endpoint:     ep,
 	}
 }
