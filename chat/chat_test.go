@@ -127,3 +127,40 @@ func TestFeedbackMatchesTemplate(t *testing.T) {
 		t.Errorf("conversation = %q, want %q", got, want)
 	}
 }
+
+func TestFeedbackClosed(t *testing.T) {
+	const obs = "At turn 2, you guessed 15, and the target number is lower than 15."
+	tests := []struct {
+		name   string
+		closed bool
+		suffix string
+		done   bool
+		want   string
+	}{
+		{
+			name: "closed, not done", closed: true, suffix: openRLHFSuffix,
+			want: "\n<|im_start|>user\n" + obs + "\nEnter your next guess within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n",
+		},
+		{
+			name: "open, not done", suffix: openRLHFSuffix,
+			want: "<|im_end|>\n<|im_start|>user\n" + obs + "\nEnter your next guess within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n",
+		},
+		{name: "closed, done", closed: true, done: true, want: "\n<|im_start|>user\n" + obs + "<|im_end|>"},
+		{name: "open, done", suffix: openRLHFSuffix, done: true, want: "<|im_end|>\n<|im_start|>user\n" + obs + "<|im_end|>"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FeedbackClosed(tc.closed, obs, tc.suffix, tc.done); got != tc.want {
+				t.Errorf("FeedbackClosed = %q, want %q", got, tc.want)
+			}
+			// Feedback decides the same from the action text.
+			action := `\boxed{15}`
+			if tc.closed {
+				action += ImEnd
+			}
+			if got := Feedback(action, obs, tc.suffix, tc.done); got != tc.want {
+				t.Errorf("Feedback = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

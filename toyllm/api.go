@@ -163,16 +163,18 @@ type promptInput struct {
 	set    bool
 }
 
-// UnmarshalJSON parses the prompt: a string, a list of token ids, or null.
+// UnmarshalJSON parses the prompt: a string, a list of token ids, or null
+// (which, by the convention of encoding/json, changes nothing). A later
+// "prompt" member replaces an earlier one, whatever their kinds.
 func (p *promptInput) UnmarshalJSON(b []byte) error {
 	switch b[0] {
 	case 'n':
 		return nil
 	case '"':
-		p.set, p.isText = true, true
+		p.set, p.isText, p.ids = true, true, p.ids[:0]
 		return json.Unmarshal(b, &p.text)
 	case '[':
-		p.set = true
+		p.set, p.isText, p.text = true, false, ""
 		return p.parseIDs(b)
 	}
 	return errors.New("prompt must be a string or a list of token ids")

@@ -100,10 +100,6 @@ func TestCompletionsShape(t *testing.T) {
 			t.Errorf("text_offset[%d] = %d", i, lp.TextOffset[i])
 		}
 	}
-	// The policy read the feedback: 10 was too low and 15 too high.
-	if ch.Text != `It is between 11 and 14, so I try 12. \boxed{12}` {
-		t.Logf("reply %q (not the most likely one)", ch.Text)
-	}
 }
 
 func TestCompletionsTokenIDStrings(t *testing.T) {
@@ -290,6 +286,31 @@ func TestFinishAndStop(t *testing.T) {
 				t.Errorf("%d ids ending with %d, want %d ending with %d", len(ch.TokenIDs), ch.TokenIDs[len(ch.TokenIDs)-1], tc.nIDs, tc.lastID)
 			}
 		})
+	}
+}
+
+// TestDuplicatePrompt checks that the last "prompt" member wins, as with
+// encoding/json, whichever of the two decoding paths takes the first.
+func TestDuplicatePrompt(t *testing.T) {
+	var rec recorder
+	_, url := newTestServer(t, Options{Record: rec.record})
+	c := newClient(t, url)
+	for _, tc := range []struct {
+		body string
+		want []int32
+	}{
+		{`{"prompt":[1,2],"prompt":"ab","max_tokens":1}`, []int32{'a', 'b'}},
+		{`{"prompt":"ab","prompt":[1,2],"max_tokens":1}`, []int32{1, 2}},
+		{`{"prompt":[1,2],"prompt":[3],"max_tokens":1}`, []int32{3}},
+		{`{"prompt":[1,2],"prompt":null,"max_tokens":1}`, []int32{1, 2}},
+	} {
+		if status, body := c.post("/v1/completions", tc.body); status != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", tc.body, status, body)
+		}
+		calls := rec.all()
+		if got := calls[len(calls)-1].prompt; !slices.Equal(got, tc.want) {
+			t.Errorf("%s: prompt %v, want %v", tc.body, got, tc.want)
+		}
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultModel       = "rollfleet-toy"
+	// DefaultModel is the served model name when Options.Model is empty.
+	DefaultModel = "rollfleet-toy"
+	// DefaultMaxModelLen is the context window when Options.MaxModelLen is 0.
 	DefaultMaxModelLen = 32768
 )
 
@@ -133,6 +135,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}

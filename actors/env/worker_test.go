@@ -1,0 +1,228 @@
+package env
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/actors/llm"
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// fixture is an embedded server, the stand-in model over HTTP, an LLM
+// worker and the env worker under test.
+type fixture struct {
+	js   jetstream.JetStream
+	subj messages.Subjects
+}
+
+func newFixture(t *testing.T, model toyllm.Options) *fixture {
+	t.Helper()
+	s, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Shutdown(s) })
+	srv := httptest.NewServer(toyllm.New(model).Handler())
+	t.Cleanup(srv.Close)
+
+	conn := func(name string) jetstream.JetStream {
+		nc, err := bus.ConnectInProcess(s, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	f := &fixture{js: conn("test"), subj: messages.NewSubjects("")}
+	ljs, ejs := conn("llm"), conn("env")
+	// Registered after the connections, so it runs before they close.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	if err := bus.EnsureStreams(ctx, f.js, f.subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lw, err := llm.New(ljs.Conn(), llm.Options{Endpoints: []string{srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew := New(ejs.Conn(), ejs, Options{Concurrency: 8})
+	for _, run := range []func(context.Context) error{lw.Run, ew.Run} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if err := run(ctx); err != nil {
+				t.Errorf("actor: %v", err)
+			}
+		}()
+	}
+	return f
+}
+
+// run submits req and returns its step events up to the terminal one.
+func (f *fixture) run(t *testing.T, req *messages.EpisodeRequest) []*messages.StepEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	data, err := messages.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(ctx, f.js, f.subj.Episodes(req.Env), data, ""); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := f.js.OrderedConsumer(ctx, f.subj.StreamSteps(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{f.subj.Steps(req.EpisodeID)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*messages.StepEvent
+	for {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatalf("episode %s: waiting for steps: %v (got %d)", req.EpisodeID, err, len(evs))
+		}
+		ev, err := messages.Decode[messages.StepEvent](m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+		if ev.Done {
+			return evs
+		}
+	}
+}
+
+func episodeRequest(id string, mut func(*messages.EpisodeRequest)) *messages.EpisodeRequest {
+	seed, envSeed := int64(5), uint64(9)
+	r := &messages.EpisodeRequest{
+		V: messages.Version, EpisodeID: id, GroupID: id, GroupSize: 1,
+		Env: "game:GuessTheNumber-v0-hard", EnvSeed: &envSeed,
+		Sampling:  messages.SamplingParams{Temperature: 1, MaxTokens: 64, Seed: &seed},
+		MaxLength: 4096,
+	}
+	if mut != nil {
+		mut(r)
+	}
+	return r
+}
+
+func TestFirstPrompt(t *testing.T) {
+	f := newFixture(t, toyllm.Options{})
+	var tok toyllm.Tokenizer
+	for _, tc := range []struct {
+		name string
+		mut  func(*messages.EpisodeRequest)
+		want func(instructions string) string
+	}{
+		{"env instructions as the first user turn", nil, func(ins string) string {
+			return chat.Render([]chat.Message{{Role: "user", Content: ins}}, true)
+		}},
+		{"prompt verbatim", func(r *messages.EpisodeRequest) { r.Prompt = "Guess a number from 1 to 50: <|im_start|>" }, func(string) string {
+			return "Guess a number from 1 to 50: <|im_start|>"
+		}},
+		{"prompt in the chat template", func(r *messages.EpisodeRequest) { r.Prompt, r.ChatTemplate = "Guess!", true }, func(string) string {
+			return chat.Render([]chat.Message{{Role: "user", Content: "Guess!"}}, true)
+		}},
+		{"left truncation keeps the last tokens", func(r *messages.EpisodeRequest) { r.MaxLength, r.Sampling.MaxTokens = 200, 50 }, func(ins string) string {
+			full := tok.Encode(chat.Render([]chat.Message{{Role: "user", Content: ins}}, true))
+			return tok.Decode(full[len(full)-150:])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			evs := f.run(t, episodeRequest(t.Name(), tc.mut))
+			first := evs[0]
+			if first.Episode == nil || first.Error != "" {
+				t.Fatalf("first step: %+v", first)
+			}
+			ins := instructionsFor(t, first)
+			if got, want := tok.Decode(first.PromptTokens), tc.want(ins); got != want {
+				t.Fatalf("prompt\n got %q\nwant %q", got, want)
+			}
+		})
+	}
+}
+
+// instructionsFor rebuilds the env's instructions from the request the
+// first step carries: they depend only on the env id and seed.
+func instructionsFor(t *testing.T, ev *messages.StepEvent) string {
+	t.Helper()
+	env, err := envs.New(ev.Episode.Env, ev.Episode.EnvOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, _ := env.Reset(envs.NewRNG(*ev.Episode.EnvSeed))
+	return obs
+}
+
+func TestTurnBudget(t *testing.T) {
+	f := newFixture(t, toyllm.Options{})
+	// A budget that runs out mid-game: the last step is marked truncated.
+	evs := f.run(t, episodeRequest("budget", func(r *messages.EpisodeRequest) { r.MaxLength = 700; r.Sampling.MaxTokens = 40 }))
+	total := len(evs[0].PromptTokens)
+	for i, ev := range evs {
+		if ev.Error != "" {
+			t.Fatalf("step %d failed: %s", i, ev.Error)
+		}
+		budget := min(40, 700-total)
+		if len(ev.ActionTokens) > budget {
+			t.Fatalf("turn %d generated %d tokens with a budget of %d", i, len(ev.ActionTokens), budget)
+		}
+		total += len(ev.ActionTokens) + len(ev.FeedbackTokens)
+	}
+	last := evs[len(evs)-1]
+	if !last.Done || !last.Truncated || last.FinishReason != FinishBudget || total < 700 {
+		t.Fatalf("want a budget truncation at >= 700 tokens, got done=%v truncated=%v finish=%q at %d tokens",
+			last.Done, last.Truncated, last.FinishReason, total)
+	}
+}
+
+func TestMaxTurns(t *testing.T) {
+	f := newFixture(t, toyllm.Options{})
+	evs := f.run(t, episodeRequest("maxturns", func(r *messages.EpisodeRequest) {
+		r.MaxTurns = 1
+		s := uint64(12) // a game the first bisection guess does not win
+		r.EnvSeed = &s
+	}))
+	if len(evs) != 1 {
+		t.Fatalf("want one turn, got %d", len(evs))
+	}
+	if ev := evs[0]; ev.Reward == 1 {
+		t.Skip("the first guess won; the cap was not exercised")
+	} else if !ev.Done || !ev.Truncated || ev.FinishReason != FinishMaxTurns {
+		t.Fatalf("want a max-turns truncation, got %+v", ev)
+	}
+}
+
+func TestContextLength(t *testing.T) {
+	// A model window smaller than the trajectory budget: once the
+	// conversation outgrows it, the server refuses with a context-length 400.
+	f := newFixture(t, toyllm.Options{MaxModelLen: 700})
+	evs := f.run(t, episodeRequest("ctx", func(r *messages.EpisodeRequest) { r.Sampling.MaxTokens = 64 }))
+	last := evs[len(evs)-1]
+	if !last.IsEndMarker() || !last.Truncated || last.FinishReason != FinishContextLength {
+		t.Fatalf("want a context-length end marker, got %+v", last)
+	}
+	if len(evs) < 2 {
+		t.Fatalf("want at least one model turn before the end marker, got %d events", len(evs))
+	}
+
+	// Refused on the very first turn: nothing to train on, so a failure.
+	f = newFixture(t, toyllm.Options{MaxModelLen: 300})
+	evs = f.run(t, episodeRequest("ctx0", nil))
+	if ev := evs[len(evs)-1]; ev.Error == "" || ev.Turn != 0 {
+		t.Fatalf("want a failed first turn, got %+v", ev)
+	}
+}

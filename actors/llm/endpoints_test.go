@@ -1,0 +1,202 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// testRouter is a router over n endpoints with capacity slots each, all
+// healthy; pick needs no server.
+func testRouter(n, capacity int) *router {
+	r := &router{}
+	for i := range n {
+		e := &endpoint{url: fmt.Sprintf("http://model-%d:8000", i), slots: make(chan struct{}, capacity), eotID: -1}
+		e.healthy.Store(true)
+		r.eps = append(r.eps, e)
+	}
+	return r
+}
+
+// ranked returns r's endpoints in key's rendezvous order, best first.
+func (r *router) ranked(key string) []*endpoint {
+	out := append([]*endpoint(nil), r.eps...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if score(key, out[j].url) > score(key, out[i].url) {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+func fill(e *endpoint, n int) {
+	for range n {
+		e.slots <- struct{}{}
+	}
+}
+
+func TestPick(t *testing.T) {
+	const key = "episode-1"
+	// Each case arranges the endpoints, ranked best first for key, and
+	// names the rank pick must return.
+	for _, tc := range []struct {
+		name    string
+		arrange func(ranked []*endpoint)
+		tried   []int
+		want    int // rank; -1 for errNoEndpoint
+	}{
+		{"sticky", func([]*endpoint) {}, nil, 0},
+		{"sticky with room", func(e []*endpoint) { fill(e[0], 1) }, nil, 0},
+		{"sticky full: least loaded", func(e []*endpoint) { fill(e[0], 2); fill(e[1], 1) }, nil, 2},
+		{"sticky down: least loaded", func(e []*endpoint) { e[0].healthy.Store(false); fill(e[2], 1) }, nil, 1},
+		{"down endpoints skipped", func(e []*endpoint) { fill(e[0], 2); e[2].healthy.Store(false); fill(e[1], 1) }, nil, 1},
+		{"all down: least loaded", func(e []*endpoint) {
+			for _, x := range e {
+				x.healthy.Store(false)
+			}
+			fill(e[0], 1)
+			fill(e[2], 1)
+		}, nil, 1},
+		{"tried skipped: next in rank", func([]*endpoint) {}, []int{0}, 1},
+		{"all tried", func([]*endpoint) {}, []int{0, 1, 2}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testRouter(3, 2)
+			ranked := r.ranked(key)
+			tc.arrange(ranked)
+			tried := map[*endpoint]bool{}
+			for _, i := range tc.tried {
+				tried[ranked[i]] = true
+			}
+			before := make([]int, len(ranked))
+			for i, e := range ranked {
+				before[i] = e.inFlight()
+			}
+			got, err := r.pick(context.Background(), key, tried)
+			if tc.want < 0 {
+				if !errors.Is(err, errNoEndpoint) {
+					t.Fatalf("pick = %v, %v; want errNoEndpoint", got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != ranked[tc.want] {
+				t.Fatalf("picked %s, want %s (rank %d)", got.url, ranked[tc.want].url, tc.want)
+			}
+			for i, e := range ranked {
+				want := before[i]
+				if i == tc.want {
+					want++
+				}
+				if e.inFlight() != want {
+					t.Errorf("rank %d: %d in flight, want %d (pick must take exactly one slot)", i, e.inFlight(), want)
+				}
+			}
+		})
+	}
+}
+
+// TestPickWaitsForHealthySlot fills the only healthy endpoint: pick must
+// wait for its slot rather than choose the endpoint marked down, and give
+// up with the context.
+func TestPickWaitsForHealthySlot(t *testing.T) {
+	r := testRouter(2, 1)
+	up, down := r.eps[0], r.eps[1]
+	down.healthy.Store(false)
+	fill(up, 1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		e, err := r.pick(ctx, "ep", nil)
+		if err == nil {
+			err = fmt.Errorf("picked %s", e.url)
+		}
+		got <- err
+	}()
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("pick with every healthy slot taken: %v, want to wait until cancelled", err)
+	}
+
+	picked := make(chan *endpoint, 1)
+	go func() {
+		e, err := r.pick(context.Background(), "ep", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		picked <- e
+	}()
+	up.release()
+	select {
+	case e := <-picked:
+		if e != up {
+			t.Errorf("picked %s, want the healthy endpoint once its slot is free", e.url)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("pick did not take the freed slot")
+	}
+}
+
+// TestScoreSpreadsKeys checks that rendezvous scores spread episodes evenly
+// over endpoints, so that stickiness does not pile load on one server.
+func TestScoreSpreadsKeys(t *testing.T) {
+	r := testRouter(3, 1)
+	const keys = 3000
+	count := map[*endpoint]int{}
+	for i := range keys {
+		count[r.ranked(fmt.Sprintf("episode-%d", i))[0]]++
+	}
+	for _, e := range r.eps {
+		if n := count[e]; n < keys/3-150 || n > keys/3+150 {
+			t.Errorf("%s is sticky for %d of %d keys", e.url, n, keys)
+		}
+	}
+	if score("a", "b") != score("a", "b") || score("ab", "") == score("a", "b") {
+		t.Error("score must be a function of (key, url) that keeps the two apart")
+	}
+}
+
+// TestNoEndOfTurnToken serves a model whose tokenizer has no single
+// <|im_end|> token: generation must fail with a clear, non-retried error,
+// since multi-turn ChatML rollouts cannot be built for it.
+func TestNoEndOfTurnToken(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, func(m *model) {
+		toy := m.toy
+		m.toy = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/tokenize" {
+				toy.ServeHTTP(w, r)
+				return
+			}
+			// Byte-level tokens for every text, special strings included.
+			body, _ := io.ReadAll(r.Body)
+			if !strings.Contains(string(body), chat.ImEnd) {
+				toy.ServeHTTP(w, r)
+				return
+			}
+			io.WriteString(w, `{"count":10,"max_model_len":32768,"tokens":[60,124,105,109,95,101,110,100,124,62]}`)
+		})
+	})
+	w := f.start(t, Options{}, m)
+	rep := f.generate(t, generateRequest("ep", 1))
+	if rep.Code != messages.CodeInvalid || !strings.Contains(rep.Error, "end-of-turn") {
+		t.Errorf("reply %+v, want an invalid error about the end-of-turn token", rep)
+	}
+	if st := w.Stats(); st.Retries != 0 {
+		t.Errorf("stats %+v, want no retry", st)
+	}
+}

@@ -1,0 +1,624 @@
+package llm
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// post sends a JSON body straight to a model server and decodes the answer
+// into out.
+func post(t *testing.T, url string, body map[string]any, out any) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, data)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+}
+
+// direct is a completion asked of the model server over plain HTTP, as
+// vLLM's API documents it, without the worker's client.
+type direct struct {
+	ids      []int32
+	logprobs []float32
+	text     string
+	finish   string
+}
+
+func completeDirect(t *testing.T, url string, req *messages.GenerateRequest) direct {
+	t.Helper()
+	sp := req.Sampling
+	body := map[string]any{
+		"prompt": req.Prompt, "max_tokens": req.MaxTokens, "temperature": sp.Temperature,
+		"logprobs": 0, "return_token_ids": true, "skip_special_tokens": false,
+	}
+	if sp.TopP != 0 {
+		body["top_p"] = sp.TopP
+	}
+	if sp.TopK != 0 {
+		body["top_k"] = sp.TopK
+	}
+	if sp.Seed != nil {
+		body["seed"] = *sp.Seed
+	}
+	var r struct {
+		Choices []struct {
+			Text         string  `json:"text"`
+			FinishReason string  `json:"finish_reason"`
+			TokenIDs     []int32 `json:"token_ids"`
+			Logprobs     struct {
+				// Numbers, so that each is read as the float32 it was
+				// written from, not through a float64.
+				TokenLogprobs []json.Number `json:"token_logprobs"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+	}
+	post(t, url+"/v1/completions", body, &r)
+	if len(r.Choices) != 1 {
+		t.Fatalf("%d choices", len(r.Choices))
+	}
+	c := r.Choices[0]
+	d := direct{ids: c.TokenIDs, text: c.Text, finish: c.FinishReason}
+	for _, n := range c.Logprobs.TokenLogprobs {
+		f, err := strconv.ParseFloat(n.String(), 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.logprobs = append(d.logprobs, float32(f))
+	}
+	return d
+}
+
+func TestGenerateMatchesModel(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, nil)
+	w := f.start(t, Options{}, m)
+	for _, tc := range []struct {
+		name     string
+		sampling messages.SamplingParams
+		max      int32
+		finish   string
+		eot      bool
+	}{
+		{"sampled turn", messages.SamplingParams{Temperature: 1, Seed: new(int64(1))}, 200, "stop", true},
+		{"greedy turn", messages.SamplingParams{Temperature: 0}, 200, "stop", true},
+		{"top-p and top-k", messages.SamplingParams{Temperature: 0.8, TopP: 0.9, TopK: 20, Seed: new(int64(7))}, 200, "stop", true},
+		{"cut by max_tokens", messages.SamplingParams{Temperature: 1, Seed: new(int64(3))}, 4, "length", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &messages.GenerateRequest{
+				V: messages.Version, EpisodeID: "ep", Turn: 2, Prompt: gamePrompt(), Sampling: tc.sampling, MaxTokens: tc.max,
+			}
+			rep := f.generate(t, req)
+			if rep.Error != "" {
+				t.Fatalf("error reply: %s (%s)", rep.Error, rep.Code)
+			}
+			want := completeDirect(t, m.url, req)
+			if !slices.Equal(rep.Tokens, want.ids) || !slices.Equal(rep.Logprobs, want.logprobs) {
+				t.Errorf("reply differs from the model's own answer:\n tokens %v\n  model %v\nlogprobs %v\n   model %v",
+					rep.Tokens, want.ids, rep.Logprobs, want.logprobs)
+			}
+			if rep.Text != want.text || rep.FinishReason != want.finish || rep.Endpoint != m.url {
+				t.Errorf("text %q finish %q endpoint %q, model says %q %q at %q", rep.Text, rep.FinishReason, rep.Endpoint, want.text, want.finish, m.url)
+			}
+			// The cases are chosen so that the model ends its turn on
+			// <|im_end|> unless max_tokens cuts it.
+			last := rep.Tokens[len(rep.Tokens)-1]
+			if rep.FinishReason != tc.finish || (last == toyllm.ImEndID) != tc.eot {
+				t.Fatalf("finish %q, last token %d: the case does not test what it should", rep.FinishReason, last)
+			}
+			if rep.EndOfTurn != tc.eot {
+				t.Errorf("EndOfTurn = %v, want %v", rep.EndOfTurn, tc.eot)
+			}
+		})
+	}
+	if st := w.Stats(); st.Generate != 4 || st.Errors != 0 || st.Retries != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestTokenizeMatchesModel(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, nil)
+	f.start(t, Options{}, m)
+	msgs := []messages.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Guess a number."}}
+	jsonMsgs := []map[string]string{{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Guess a number."}}
+	for _, tc := range []struct {
+		name   string
+		req    messages.TokenizeRequest
+		direct map[string]any
+	}{
+		{
+			"feedback text",
+			messages.TokenizeRequest{Text: "\n" + chat.ImStart + "user\nAt turn 1, you guessed 10.\\boxed{}" + chat.ImEnd + "\n"},
+			map[string]any{"prompt": "\n" + chat.ImStart + "user\nAt turn 1, you guessed 10.\\boxed{}" + chat.ImEnd + "\n", "add_special_tokens": false},
+		},
+		{
+			"messages with generation prompt",
+			messages.TokenizeRequest{Messages: msgs, AddGenerationPrompt: true},
+			map[string]any{"messages": jsonMsgs, "add_generation_prompt": true},
+		},
+		{
+			"messages without generation prompt",
+			messages.TokenizeRequest{Messages: msgs},
+			map[string]any{"messages": jsonMsgs, "add_generation_prompt": false},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.req
+			req.V, req.EpisodeID = messages.Version, "ep"
+			rep := f.tokenize(t, &req)
+			if rep.Error != "" {
+				t.Fatalf("error reply: %s (%s)", rep.Error, rep.Code)
+			}
+			var want struct {
+				Tokens []int32 `json:"tokens"`
+			}
+			post(t, m.url+"/tokenize", tc.direct, &want)
+			if len(want.Tokens) == 0 || !slices.Equal(rep.Tokens, want.Tokens) {
+				t.Errorf("tokens %v, model says %v", rep.Tokens, want.Tokens)
+			}
+		})
+	}
+}
+
+// TestStickyRouting checks that every turn of an episode reaches the same
+// model server, whichever of two workers answers it, and that episodes
+// spread over the servers.
+func TestStickyRouting(t *testing.T) {
+	f := newFixture(t)
+	models := []*model{newModel(t, toyllm.Options{}, nil), newModel(t, toyllm.Options{}, nil), newModel(t, toyllm.Options{}, nil)}
+	workers := []*running{f.start(t, Options{}, models...), f.start(t, Options{}, models...)}
+	const episodes, turns = 60, 3
+	perURL := map[string]int{}
+	for e := range episodes {
+		id := fmt.Sprintf("episode-%d", e)
+		first := ""
+		for turn := range int32(turns) {
+			req := generateRequest(id, int64(e))
+			req.Turn = turn
+			rep := f.generate(t, req)
+			if rep.Error != "" {
+				t.Fatalf("%s turn %d: %s", id, turn, rep.Error)
+			}
+			if turn == 0 {
+				first = rep.Endpoint
+			} else if rep.Endpoint != first {
+				t.Errorf("%s: turn %d went to %s, turn 0 to %s", id, turn, rep.Endpoint, first)
+			}
+			perURL[rep.Endpoint] += 1
+		}
+	}
+	for i, m := range models {
+		if got := len(m.completions()); got != perURL[m.url] || got == 0 || got%turns != 0 {
+			t.Errorf("model %d served %d completions; replies name it for %d", i, got, perURL[m.url])
+		}
+	}
+	for i, w := range workers {
+		if st := w.Stats(); st.Generate == 0 {
+			t.Errorf("worker %d answered nothing; the test shows no agreement between workers", i)
+		}
+	}
+}
+
+// TestOverloadGoesElsewhere fills the sticky server of an episode: another
+// episode that prefers it must be served by a free one.
+func TestOverloadGoesElsewhere(t *testing.T) {
+	f := newFixture(t)
+	busy := newModel(t, toyllm.Options{}, func(m *model) { m.hold = make(chan struct{}) })
+	models := []*model{newModel(t, toyllm.Options{}, nil), busy, newModel(t, toyllm.Options{}, nil)}
+	f.start(t, Options{MaxInFlight: 1}, models...)
+	ids := preferring(urls(models...), 1, 2)
+
+	first := make(chan *messages.GenerateReply, 1)
+	go func() {
+		data, _ := messages.Marshal(generateRequest(ids[0], 1))
+		rep, err := decodeReply[messages.GenerateReply](f.nc.Request(f.subj.Generate(), data, waitTimeout))
+		if err != nil {
+			t.Error(err)
+		}
+		first <- rep
+	}()
+	select {
+	case <-busy.entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("the first episode never reached its sticky server")
+	}
+
+	rep := f.generate(t, generateRequest(ids[1], 2))
+	if rep.Error != "" || len(rep.Tokens) == 0 {
+		t.Fatalf("second episode: %s (%s)", rep.Error, rep.Code)
+	}
+	if rep.Endpoint == busy.url {
+		t.Errorf("second episode went to the full server")
+	}
+	close(busy.hold)
+	if rep := <-first; rep == nil || rep.Error != "" || rep.Endpoint != busy.url {
+		t.Errorf("first episode: %+v, want a reply from its sticky server", rep)
+	}
+	if n := len(busy.completions()); n != 1 {
+		t.Errorf("the full server got %d completions, want 1", n)
+	}
+}
+
+// TestInFlightBound sends more requests than a server may take at once:
+// no more than MaxInFlight may reach it together, and all are answered.
+func TestInFlightBound(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, func(m *model) { m.hold = make(chan struct{}) })
+	const limit, requests = 2, 6
+	f.start(t, Options{MaxInFlight: limit}, m)
+
+	replies := make(chan *messages.GenerateReply, requests)
+	for i := range requests {
+		go func() {
+			data, _ := messages.Marshal(generateRequest(fmt.Sprintf("episode-%d", i), int64(i)))
+			rep, err := decodeReply[messages.GenerateReply](f.nc.Request(f.subj.Generate(), data, waitTimeout))
+			if err != nil {
+				t.Error(err)
+			}
+			replies <- rep
+		}()
+	}
+	// Let the completions through one at a time, each only once another
+	// has reached the server, so that an unbounded worker would show more
+	// than limit at once.
+	for i := range requests {
+		select {
+		case <-m.entered:
+		case <-time.After(waitTimeout):
+			t.Fatalf("only %d completions reached the server", i)
+		}
+		if i >= limit-1 {
+			m.hold <- struct{}{}
+		}
+	}
+	for range limit - 1 {
+		m.hold <- struct{}{}
+	}
+	for range requests {
+		if rep := <-replies; rep == nil || rep.Error != "" || len(rep.Tokens) == 0 {
+			t.Errorf("reply %+v", rep)
+		}
+	}
+	if peak := m.peakInFlight(); peak != limit {
+		t.Errorf("%d completions at the server at once, want the limit %d", peak, limit)
+	}
+}
+
+// TestFailover breaks an episode's sticky server in each way an
+// infrastructure failure shows: the request must succeed on the other
+// server with the identical prompt, and the broken server must be left
+// alone afterwards.
+func TestFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(*model)
+		// refused closes the server before the request, so it receives
+		// nothing.
+		refused bool
+	}{
+		{name: "503", setup: func(m *model) { m.down.Store(true) }},
+		{name: "500", setup: func(m *model) {
+			m.fault = func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(http.StatusInternalServerError)
+				io.WriteString(w, `{"object":"error","message":"engine dead","type":"InternalServerError","code":500}`)
+			}
+		}},
+		{name: "truncated body", setup: func(m *model) {
+			m.fault = func(w http.ResponseWriter, _ *http.Request) {
+				io.WriteString(w, `{"choices": [{"text": "oops", "token_ids": [1,2`)
+			}
+		}},
+		{name: "logprobs missing", setup: func(m *model) {
+			m.fault = func(w http.ResponseWriter, _ *http.Request) {
+				io.WriteString(w, `{"choices":[{"text":"ab","token_ids":[97,98],"finish_reason":"stop",`+
+					`"logprobs":{"token_logprobs":[-0.5],"tokens":["token_id:97"]}}]}`)
+			}
+		}},
+		{name: "stalled", setup: func(m *model) {
+			m.fault = func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+		}},
+		{name: "refused", refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			bad := newModel(t, toyllm.Options{}, tc.setup)
+			good := newModel(t, toyllm.Options{}, nil)
+			if tc.refused {
+				bad.srv.Close()
+			}
+			// A long health interval keeps the broken server marked down
+			// for the whole test.
+			w := f.start(t, Options{CallTimeout: 2 * time.Second, HealthInterval: time.Hour}, bad, good)
+			ids := preferring(urls(bad, good), 0, 2)
+
+			req := generateRequest(ids[0], 1)
+			rep := f.generate(t, req)
+			if rep.Error != "" || rep.Endpoint != good.url {
+				t.Fatalf("reply from %s: %q (%s), want a reply from the healthy server", rep.Endpoint, rep.Error, rep.Code)
+			}
+			want := [][]int32{req.Prompt}
+			if got := good.completions(); !slices.EqualFunc(got, want, slices.Equal) {
+				t.Errorf("healthy server got prompts %v, want %v", got, want)
+			}
+			if got := bad.completions(); !tc.refused && !slices.EqualFunc(got, want, slices.Equal) {
+				t.Errorf("broken server got prompts %v, want %v", got, want)
+			}
+
+			// The broken server is marked down: the next episode that
+			// prefers it does not try it.
+			if rep := f.generate(t, generateRequest(ids[1], 2)); rep.Error != "" || rep.Endpoint != good.url {
+				t.Errorf("second episode: reply from %s: %q", rep.Endpoint, rep.Error)
+			}
+			if n := len(bad.completions()); !tc.refused && n != 1 {
+				t.Errorf("broken server got %d completions, want 1", n)
+			}
+			if st := w.Stats(); st.Retries != 1 || st.Errors != 0 {
+				t.Errorf("stats %+v, want one retry", st)
+			}
+		})
+	}
+}
+
+// TestAllServersFail checks the reply when no server can answer.
+func TestAllServersFail(t *testing.T) {
+	f := newFixture(t)
+	a := newModel(t, toyllm.Options{}, func(m *model) { m.down.Store(true) })
+	b := newModel(t, toyllm.Options{}, func(m *model) { m.down.Store(true) })
+	w := f.start(t, Options{HealthInterval: time.Hour}, a, b)
+	rep := f.generate(t, generateRequest("ep", 1))
+	if rep.Code != messages.CodeUnavailable || rep.Error == "" || len(rep.Tokens) != 0 {
+		t.Errorf("reply %+v, want an unavailable error", rep)
+	}
+	if na, nb := len(a.completions()), len(b.completions()); na != 1 || nb != 1 {
+		t.Errorf("servers got %d and %d completions, want each tried once", na, nb)
+	}
+	if st := w.Stats(); st.Errors != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestRequestErrorsAreNotRetried checks errors that another server cannot
+// fix: the reply says why, and no other server is asked.
+func TestRequestErrorsAreNotRetried(t *testing.T) {
+	short := toyllm.Options{MaxModelLen: 64}
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		prompt []int32
+		code   string
+	}{
+		{"context length", Options{}, gamePrompt(), messages.CodeContextLength},
+		{"token out of vocabulary", Options{}, []int32{1, 2, toyllm.VocabSize}, messages.CodeInvalid},
+		{"unknown model", Options{Model: "no-such-model"}, []int32{1, 2, 3}, messages.CodeInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			models := []*model{newModel(t, short, nil), newModel(t, short, nil)}
+			w := f.start(t, tc.opts, models...)
+			ids := preferring(urls(models...), 1, 1)
+			req := generateRequest(ids[0], 1)
+			req.Prompt, req.MaxTokens = tc.prompt, 16
+			if len(gamePrompt())+16 <= short.MaxModelLen {
+				t.Fatal("the game prompt fits the short context; the test proves nothing")
+			}
+			rep := f.generate(t, req)
+			if rep.Code != tc.code || rep.Error == "" || rep.Endpoint != models[1].url {
+				t.Errorf("reply %+v, want code %q from the sticky server", rep, tc.code)
+			}
+			if n0, n1 := len(models[0].completions()), len(models[1].completions()); n0 != 0 || n1 != 1 {
+				t.Errorf("servers got %d and %d completions, want only the sticky one asked once", n0, n1)
+			}
+			if st := w.Stats(); st.Retries != 0 || st.Errors != 1 {
+				t.Errorf("stats %+v, want one error and no retry", st)
+			}
+		})
+	}
+}
+
+// TestContextLengthKeepsServer checks that a prompt too long for the model
+// does not mark its server down.
+func TestContextLengthKeepsServer(t *testing.T) {
+	f := newFixture(t)
+	short := toyllm.Options{MaxModelLen: 64}
+	models := []*model{newModel(t, short, nil), newModel(t, short, nil)}
+	f.start(t, Options{HealthInterval: time.Hour}, models...)
+	ids := preferring(urls(models...), 0, 1)
+	long := generateRequest(ids[0], 1)
+	if rep := f.generate(t, long); rep.Code != messages.CodeContextLength {
+		t.Fatalf("reply %+v, want a context-length error", rep)
+	}
+	fits := generateRequest(ids[0], 1)
+	fits.Prompt, fits.MaxTokens = fits.Prompt[len(fits.Prompt)-16:], 8
+	if rep := f.generate(t, fits); rep.Error != "" || rep.Endpoint != models[0].url {
+		t.Errorf("reply from %s: %q, want a reply from the sticky server", rep.Endpoint, rep.Error)
+	}
+}
+
+// TestHealthLoopRestoresServer takes an episode's sticky server down and
+// brings it back: the worker must route around it while it is down and
+// return to it once its health check passes.
+func TestHealthLoopRestoresServer(t *testing.T) {
+	f := newFixture(t)
+	flaky := newModel(t, toyllm.Options{}, func(m *model) { m.down.Store(true) })
+	other := newModel(t, toyllm.Options{}, nil)
+	f.start(t, Options{HealthInterval: 5 * time.Millisecond}, flaky, other)
+	id := preferring(urls(flaky, other), 0, 1)[0]
+
+	if rep := f.generate(t, generateRequest(id, 1)); rep.Error != "" || rep.Endpoint != other.url {
+		t.Fatalf("reply from %s: %q, want the other server", rep.Endpoint, rep.Error)
+	}
+	// Probes of the down server fail and keep it out of rotation.
+	checkFor(t, waitTimeout, time.Millisecond, func() error {
+		if n := flaky.health.Load(); n < 2 {
+			return fmt.Errorf("%d health probes", n)
+		}
+		return nil
+	})
+	if rep := f.generate(t, generateRequest(id, 2)); rep.Error != "" || rep.Endpoint != other.url {
+		t.Fatalf("reply from %s: %q, want the other server while the sticky one is down", rep.Endpoint, rep.Error)
+	}
+	if n := len(flaky.completions()); n != 1 {
+		t.Fatalf("the down server got %d completions, want 1", n)
+	}
+
+	flaky.down.Store(false)
+	checkFor(t, waitTimeout, time.Millisecond, func() error {
+		rep := f.generate(t, generateRequest(id, 3))
+		if rep.Error != "" || rep.Endpoint != flaky.url {
+			return fmt.Errorf("reply from %s: %q", rep.Endpoint, rep.Error)
+		}
+		return nil
+	})
+}
+
+func TestMalformedRequests(t *testing.T) {
+	garbage := []byte("\xc1 not msgpack")
+	marshal := func(v any) []byte {
+		b, err := messages.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	noTokens := generateRequest("ep", 1)
+	noTokens.MaxTokens = 0
+	newer := generateRequest("ep", 1)
+	newer.V = messages.Version + 1
+	for _, tc := range []struct {
+		name     string
+		generate bool // the generate subject, else tokenize
+		data     []byte
+		reason   string // in the error
+	}{
+		{"garbage generate", true, garbage, "GenerateRequest"},
+		{"garbage tokenize", false, garbage, "TokenizeRequest"},
+		{"zero max_tokens", true, marshal(noTokens), "max_tokens"},
+		{"newer version", true, marshal(newer), "version"},
+		{"nothing to tokenize", false, marshal(&messages.TokenizeRequest{V: messages.Version}), "text"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			m := newModel(t, toyllm.Options{}, nil)
+			w := f.start(t, Options{}, m)
+			subject := f.subj.Tokenize()
+			if tc.generate {
+				subject = f.subj.Generate()
+			}
+			msg, err := f.nc.Request(subject, tc.data, waitTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Both replies carry the error in the same fields; decode
+			// each as its own type.
+			var code, text string
+			if tc.generate {
+				rep, err := messages.Decode[messages.GenerateReply](msg.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				code, text = rep.Code, rep.Error
+			} else {
+				rep, err := messages.Decode[messages.TokenizeReply](msg.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				code, text = rep.Code, rep.Error
+			}
+			if code != messages.CodeInvalid || !strings.Contains(text, tc.reason) {
+				t.Errorf("reply code %q error %q, want an invalid-request error naming %q", code, text, tc.reason)
+			}
+			if n := len(m.completions()); n != 0 {
+				t.Errorf("the server got %d completions", n)
+			}
+			if st := w.Stats(); st.Malformed != 1 || st.Errors != 1 {
+				t.Errorf("stats %+v", st)
+			}
+			// The worker carries on.
+			if rep := f.generate(t, generateRequest("ep", 1)); rep.Error != "" {
+				t.Errorf("next request: %s", rep.Error)
+			}
+		})
+	}
+}
+
+// TestRunDrains cancels a worker while a request is at the model server:
+// Run must answer it before returning, and take no new requests.
+func TestRunDrains(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, func(m *model) { m.hold = make(chan struct{}) })
+	w := f.start(t, Options{}, m)
+
+	reply := make(chan *messages.GenerateReply, 1)
+	go func() {
+		data, _ := messages.Marshal(generateRequest("ep", 1))
+		rep, err := decodeReply[messages.GenerateReply](f.nc.Request(f.subj.Generate(), data, waitTimeout))
+		if err != nil {
+			t.Error(err)
+		}
+		reply <- rep
+	}()
+	select {
+	case <-m.entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("the request never reached the server")
+	}
+	w.cancel()
+	checkFor(t, waitTimeout, time.Millisecond, func() error {
+		if f.srv.GlobalAccount().SubscriptionInterest(f.subj.Generate()) {
+			return fmt.Errorf("still subscribed")
+		}
+		return nil
+	})
+	select {
+	case err := <-w.done:
+		t.Fatalf("Run returned (%v) with a request in flight", err)
+	default:
+	}
+	close(m.hold)
+	if rep := <-reply; rep == nil || rep.Error != "" || len(rep.Tokens) == 0 {
+		t.Errorf("in-flight request: %+v, want an answer", rep)
+	}
+	if err := w.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunReturnsWhenConnectionCloses closes the worker's connection under
+// it: Run must still return once cancelled.
+func TestRunReturnsWhenConnectionCloses(t *testing.T) {
+	f := newFixture(t)
+	w := f.start(t, Options{}, newModel(t, toyllm.Options{}, nil))
+	w.nc.Close()
+	w.cancel()
+	if err := w.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
