@@ -163,7 +163,13 @@ func (s *Summary) addTrajectory(data []byte, pending map[string]bool, out io.Wri
 		return nil // another run's, or a duplicate
 	}
 	delete(pending, t.EpisodeID)
-	if err := writeJSONLine(out, t); err != nil {
+	// Called directly: through an Encoder the large line would be validated
+	// and copied once more.
+	line, err := t.MarshalJSON()
+	if err == nil {
+		_, err = out.Write(append(line, '\n'))
+	}
+	if err != nil {
 		return fmt.Errorf("fleet: write trajectory %s: %w", t.EpisodeID, err)
 	}
 	s.Trajectories++

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,7 +11,11 @@ import (
 // marshalJSONArray writes s as a JSON array, nil included (as []): trainers read these fields
 // as lists and must not meet null. elemSize is a guess of an element's length in bytes.
 func marshalJSONArray[E any](name string, s []E, elemSize int, appendElem func([]byte, E) ([]byte, error)) ([]byte, error) {
-	b := make([]byte, 0, 2+len(s)*elemSize)
+	return appendArray(make([]byte, 0, 2+len(s)*elemSize), name, s, appendElem)
+}
+
+// appendArray appends s as a JSON array to b.
+func appendArray[E any](b []byte, name string, s []E, appendElem func([]byte, E) ([]byte, error)) ([]byte, error) {
 	b = append(b, '[')
 	for i, x := range s {
 		if i > 0 {
@@ -78,14 +83,89 @@ func (r Ranges) MarshalJSON() ([]byte, error) {
 
 // MarshalJSON writes t with OpenRLHF's field names. A nil extra_logs or step_rewards is written
 // as {} or [] rather than null, which Python consumers would otherwise have to special-case.
+// Strings keep <, > and & unescaped so chat markup such as <|im_end|> stays readable. The token
+// arrays are written directly: encoding them through encoding/json (which re-validates every
+// Marshaler's output) would dominate the cost of writing a run's JSONL.
 func (t Trajectory) MarshalJSON() ([]byte, error) {
-	type plain Trajectory // no methods, so the Marshal below does not recurse
-	p := plain(t)
-	if p.ExtraLogs == nil {
-		p.ExtraLogs = map[string]float64{}
+	w := jsonWriter{b: make([]byte, 0, 256+len(t.ObservationTokens)*7+len(t.RolloutLogProbs)*12+len(t.Prompt)+len(t.Label))}
+	w.field("episode_id", t.EpisodeID)
+	w.field("group_id", t.GroupID)
+	w.field("sample_index", t.SampleIndex)
+	w.field("group_size", t.GroupSize)
+	w.field("env", t.Env)
+	if t.EnvSeed != nil {
+		w.field("env_seed", *t.EnvSeed)
 	}
-	if p.StepRewards == nil {
-		p.StepRewards = []float64{}
+	w.field("prompt", t.Prompt)
+	w.field("label", t.Label)
+	w.raw("observation_tokens", func(b []byte) ([]byte, error) { return appendArray(b, "Tokens", t.ObservationTokens, appendInt32) })
+	w.raw("action_ranges", func(b []byte) ([]byte, error) { return appendArray(b, "Ranges", t.ActionRanges, appendRange) })
+	w.raw("rollout_log_probs", func(b []byte) ([]byte, error) {
+		return appendArray(b, "Logprobs", t.RolloutLogProbs, appendFloat32)
+	})
+	w.field("reward", t.Reward)
+	w.field("scores", t.Scores)
+	extra := t.ExtraLogs
+	if extra == nil {
+		extra = map[string]float64{}
 	}
-	return json.Marshal(p)
+	w.field("extra_logs", extra)
+	w.field("truncated", t.Truncated)
+	w.field("turns", t.Turns)
+	rewards := t.StepRewards
+	if rewards == nil {
+		rewards = []float64{}
+	}
+	w.field("step_rewards", rewards)
+	w.field("finish_reason", t.FinishReason)
+	if len(t.PolicyVersions) > 0 {
+		w.field("policy_versions", t.PolicyVersions)
+	}
+	w.field("submit_time_ns", t.SubmitTime)
+	w.field("done_time_ns", t.DoneTime)
+	w.field("generate_ns", t.GenerateNanos)
+	if w.err != nil {
+		return nil, w.err
+	}
+	return append(w.b, '}'), nil
+}
+
+// jsonWriter appends the fields of one JSON object, keeping the first error.
+type jsonWriter struct {
+	b   []byte
+	err error
+}
+
+func (w *jsonWriter) key(name string) {
+	if len(w.b) == 0 {
+		w.b = append(w.b, '{')
+	} else {
+		w.b = append(w.b, ',')
+	}
+	w.b = append(append(append(w.b, '"'), name...), '"', ':')
+}
+
+// field appends a small value through encoding/json, without HTML escaping.
+func (w *jsonWriter) field(name string, v any) {
+	if w.err != nil {
+		return
+	}
+	w.key(name)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		w.err = fmt.Errorf("messages: Trajectory.%s: %w", name, err)
+		return
+	}
+	w.b = append(w.b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+}
+
+// raw appends a value written by appendValue.
+func (w *jsonWriter) raw(name string, appendValue func([]byte) ([]byte, error)) {
+	if w.err != nil {
+		return
+	}
+	w.key(name)
+	w.b, w.err = appendValue(w.b)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	gojson "github.com/goccy/go-json"
 	"math"
 	"strconv"
 )
@@ -145,7 +146,7 @@ type tokenStrings struct {
 // decodeCompletion parses and checks a completion response body.
 func decodeCompletion(data []byte) (Completion, error) {
 	var r completionResponse
-	if err := json.Unmarshal(data, &r); err != nil {
+	if err := gojson.Unmarshal(data, &r); err != nil {
 		return Completion{}, fmt.Errorf("%w: %w", ErrBadResponse, err)
 	}
 	if len(r.Choices) != 1 {

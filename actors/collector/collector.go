@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,14 +164,7 @@ func (c *Collector) Run(ctx context.Context) error {
 func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 	ev, err := messages.Decode[messages.StepEvent](m.Data())
 	if err != nil {
-		c.count(func(s *Stats) { s.Malformed++ })
-		c.log.Warn("malformed step event", "subject", m.Subject(), "err", err)
-		f := &messages.Failure{
-			V: messages.Version, Kind: messages.FailureMalformed, Reason: err.Error(),
-			Subject: m.Subject(), Time: time.Now().UnixNano(),
-			Payload: m.Data()[:min(len(m.Data()), 1<<10)],
-		}
-		c.settle(m, c.publish(ctx, c.opts.Subjects.Failures(messages.FailureMalformed), f, ""), true)
+		c.malformed(ctx, m, err)
 		return
 	}
 	if c.finished.has(ev.EpisodeID) {
@@ -184,8 +178,14 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 			// A later turn of an episode this collector has not seen: an
 			// earlier collector acknowledged the first steps and stopped.
 			// The steps stream still holds them.
-			if err := c.reload(ctx, ev.EpisodeID, p); err != nil {
+			decided, err := c.reload(ctx, m, ev.EpisodeID, p)
+			if err != nil {
 				c.settle(m, err, false)
+				return
+			}
+			if decided {
+				c.finished.add(ev.EpisodeID)
+				_ = m.Ack()
 				return
 			}
 		}
@@ -212,24 +212,77 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 	c.settle(m, c.finish(ctx, ev.EpisodeID, p), false)
 }
 
-// reload queues the stored steps of an episode into p, in stream order, so
-// that an episode survives a collector restart. Undecodable steps are left
-// out: each was recorded as malformed when it was delivered.
-func (c *Collector) reload(ctx context.Context, id string, p *partial) error {
-	subject := c.opts.Subjects.Steps(id)
-	for seq := uint64(1); ; {
-		raw, err := c.steps.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reload steps of episode %s: %w", id, err)
-		}
-		seq = raw.Sequence + 1
-		if ev, err := messages.Decode[messages.StepEvent](raw.Data); err == nil {
-			p.pending[ev.Turn] = ev
+// malformed records a step event that cannot be decoded. Its subject still
+// names its episode, which can then never be assembled: unless that episode
+// was decided already, the record is the episode's one outcome, and the
+// episode's other steps are dropped instead of waiting forever for the gap.
+func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error) {
+	c.log.Warn("malformed step event", "subject", m.Subject(), "err", cause)
+	f := &messages.Failure{
+		V: messages.Version, Kind: messages.FailureMalformed, Reason: cause.Error(),
+		Subject: m.Subject(), Time: time.Now().UnixNano(), Payload: messages.FailurePayload(m.Data()),
+	}
+	id, err := messages.ParseToken(strings.TrimPrefix(m.Subject(), strings.TrimSuffix(c.opts.Subjects.StepsAll(), ">")))
+	open := err == nil && !c.finished.has(id)
+	p := c.episodes[id]
+	msgID := ""
+	if open {
+		f.EpisodeID, msgID = id, messages.TrajectoryMsgID(id)
+		if p != nil && p.req != nil {
+			f.GroupID, f.Env = p.req.GroupID, p.req.Env
 		}
 	}
+	if err := c.publish(ctx, c.opts.Subjects.Failures(messages.FailureMalformed), f, msgID); err != nil {
+		c.settle(m, err, true)
+		return
+	}
+	if open {
+		delete(c.episodes, id)
+		c.finished.add(id)
+	}
+	c.count(func(s *Stats) {
+		s.Malformed++
+		if open {
+			s.Failures++
+		}
+	})
+	if open && p != nil {
+		c.addToGroup(ctx, p, nil)
+	}
+	c.settle(m, nil, true)
+}
+
+// reload queues into p the stored steps of episode id that precede m, so
+// that an episode survives a collector restart. It reports whether one of
+// them cannot be decoded: that step decided the episode when it was
+// delivered (see malformed).
+func (c *Collector) reload(ctx context.Context, m jetstream.Msg, id string, p *partial) (decided bool, err error) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return false, fmt.Errorf("reload episode %s: %w", id, err)
+	}
+	subject := c.opts.Subjects.Steps(id)
+	// Later steps are left to their own delivery, so that each is handled
+	// once, in order.
+	for seq := uint64(1); seq < meta.Sequence.Stream; {
+		raw, err := c.steps.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("reload episode %s: %w", id, err)
+		}
+		if raw.Sequence >= meta.Sequence.Stream {
+			break
+		}
+		ev, err := messages.Decode[messages.StepEvent](raw.Data)
+		if err != nil {
+			return true, nil
+		}
+		p.pending[ev.Turn] = ev
+		seq = raw.Sequence + 1
+	}
+	return false, nil
 }
 
 // settle acks a message whose effect is durable, or hands it back when

@@ -272,6 +272,74 @@ func TestMalformedStep(t *testing.T) {
 	}
 }
 
+// unreadable returns ev as a newer env worker would publish it, which
+// this collector cannot decode.
+func unreadable(t *testing.T, ev *messages.StepEvent) []byte {
+	t.Helper()
+	bad := *ev
+	bad.V = messages.Version + 1
+	data, err := messages.Marshal(&bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestMalformedStepDecidesEpisode makes one step of an episode
+// undecodable: the episode can never be assembled, so the malformed record
+// must be its one outcome instead of the episode waiting forever. A
+// malformed message after the episode ended leaves its outcome alone.
+func TestMalformedStepDecidesEpisode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bad  int // the unreadable turn; 3 is an extra message after the end
+	}{
+		{"turn 0", 0},
+		{"turn 1", 1},
+		{"last turn", 2},
+		{"after the end", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{})
+			c := f.start(t, Options{})
+			steps, want := threeTurns()
+			var payload []byte
+			for i := range 4 {
+				switch {
+				case i == tc.bad:
+					payload = unreadable(t, steps[min(i, 2)])
+					f.publishRaw(t, f.subj.Steps(want.EpisodeID), payload)
+				case i < 3:
+					f.publish(t, steps[i])
+				}
+			}
+			f.settled(t, "collector")
+			out := f.outputs(t)
+			if len(out.failures) != 1 || out.failures[0].Kind != messages.FailureMalformed ||
+				!bytes.Equal(out.failures[0].Payload, payload) || !strings.Contains(out.failures[0].Reason, "version") {
+				t.Fatalf("failures %s, want one malformed record", describe(out.failures))
+			}
+			fail, st := out.failures[0], c.Stats()
+			if tc.bad == 3 {
+				if len(out.trajs) != 1 || fail.EpisodeID != "" {
+					t.Errorf("%d trajectories, failure of episode %q: the ended episode's outcome must stand alone", len(out.trajs), fail.EpisodeID)
+				}
+				return
+			}
+			if len(out.trajs) != 0 || fail.EpisodeID != want.EpisodeID {
+				t.Errorf("%d trajectories, failure of episode %q, want the failure as the episode's only outcome", len(out.trajs), fail.EpisodeID)
+			}
+			// The group is known once turn 0 has been read.
+			if known := tc.bad > 0; known != (fail.GroupID == want.GroupID && fail.Env == want.Env && st.GroupsIncomplete == 1) {
+				t.Errorf("failure %+v, group stats %+v", fail, st)
+			}
+			if st.Failures != 1 || st.Malformed != 1 || st.InFlight != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
 func TestGroups(t *testing.T) {
 	// failed in a group's scores stands for a sample that failed.
 	const failed = -1
@@ -516,4 +584,27 @@ func TestShutdownRecordsDrainedOutcome(t *testing.T) {
 		t.Fatalf("the last step was not acknowledged before Run returned: %v", err)
 	}
 	checkTrajectory(t, f.outputs(t).only(t), want)
+}
+
+// TestRestartAfterMalformedStep restarts the collector after a malformed
+// step decided an episode: the successor must not assemble the episode
+// from its remaining steps.
+func TestRestartAfterMalformedStep(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	first := f.start(t, Options{})
+	steps, want := threeTurns()
+	f.publish(t, steps[0])
+	f.publishRaw(t, f.subj.Steps(want.EpisodeID), unreadable(t, steps[1]))
+	f.settled(t, "collector")
+	first.stop()
+
+	second := f.start(t, Options{})
+	f.publish(t, steps[2])
+	f.settled(t, "collector")
+	if fail := f.outputs(t).onlyFailure(t); fail.EpisodeID != want.EpisodeID || fail.Kind != messages.FailureMalformed {
+		t.Errorf("failure %+v", fail)
+	}
+	if st := second.Stats(); st.Trajectories != 0 || st.Failures != 0 || st.InFlight != 0 {
+		t.Errorf("stats %+v of the second collector, want nothing", st)
+	}
 }

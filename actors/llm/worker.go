@@ -348,7 +348,7 @@ func (w *Worker) healthLoop(ctx context.Context) {
 			err := e.client.Health(hctx)
 			cancel()
 			if err == nil {
-				_ = 0
+				e.healthy.Store(true)
 				w.log.Info("model endpoint healthy again", "endpoint", e.url)
 			}
 		}

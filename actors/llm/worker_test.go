@@ -267,18 +267,24 @@ func TestOverloadGoesElsewhere(t *testing.T) {
 	}
 }
 
-// TestInFlightBound sends more requests than a server may take at once:
-// no more than MaxInFlight may reach it together, and all are answered.
+// TestInFlightBound sends more requests than an episode's sticky server
+// may take at once: no more than MaxInFlight may reach it together, the
+// rest go to the other server, and all are answered.
 func TestInFlightBound(t *testing.T) {
 	f := newFixture(t)
-	m := newModel(t, toyllm.Options{}, func(m *model) { m.hold = make(chan struct{}) })
-	const limit, requests = 2, 6
-	f.start(t, Options{MaxInFlight: limit}, m)
+	// Both servers hold completions through the same channels, so the
+	// test releases them one at a time in arrival order.
+	hold, entered := make(chan struct{}), make(chan struct{}, 64)
+	shared := func(m *model) { m.hold, m.entered = hold, entered }
+	sticky, spare := newModel(t, toyllm.Options{}, shared), newModel(t, toyllm.Options{}, shared)
+	const limit, requests = 2, 8
+	f.start(t, Options{MaxInFlight: limit}, sticky, spare)
+	ids := preferring(urls(sticky, spare), 0, requests)
 
 	replies := make(chan *messages.GenerateReply, requests)
-	for i := range requests {
+	for i, id := range ids {
 		go func() {
-			data, _ := messages.Marshal(generateRequest(fmt.Sprintf("episode-%d", i), int64(i)))
+			data, _ := messages.Marshal(generateRequest(id, int64(i)))
 			rep, err := decodeReply[messages.GenerateReply](f.nc.Request(f.subj.Generate(), data, waitTimeout))
 			if err != nil {
 				t.Error(err)
@@ -286,29 +292,30 @@ func TestInFlightBound(t *testing.T) {
 			replies <- rep
 		}()
 	}
-	// Let the completions through one at a time, each only once another
-	// has reached the server, so that an unbounded worker would show more
-	// than limit at once.
+	// Release a completion only once another has arrived while both
+	// servers are as full as the worker lets them be, so that a worker
+	// without the bound would show more than limit at the sticky server.
+	const capacity = 2 * limit
 	for i := range requests {
 		select {
-		case <-m.entered:
+		case <-entered:
 		case <-time.After(waitTimeout):
-			t.Fatalf("only %d completions reached the server", i)
+			t.Fatalf("only %d completions reached the servers", i)
 		}
-		if i >= limit-1 {
-			m.hold <- struct{}{}
+		if i >= capacity-1 {
+			hold <- struct{}{}
 		}
 	}
-	for range limit - 1 {
-		m.hold <- struct{}{}
+	for range capacity - 1 {
+		hold <- struct{}{}
 	}
 	for range requests {
 		if rep := <-replies; rep == nil || rep.Error != "" || len(rep.Tokens) == 0 {
 			t.Errorf("reply %+v", rep)
 		}
 	}
-	if peak := m.peakInFlight(); peak != limit {
-		t.Errorf("%d completions at the server at once, want the limit %d", peak, limit)
+	if p, q := sticky.peakInFlight(), spare.peakInFlight(); p != limit || q > limit {
+		t.Errorf("at most %d and %d completions at once at the sticky and the spare server, want %d and at most %d", p, q, limit, limit)
 	}
 }
 
@@ -342,7 +349,7 @@ func TestFailover(t *testing.T) {
 					`"logprobs":{"token_logprobs":[-0.5],"tokens":["token_id:97"]}}]}`)
 			}
 		}},
-		{name: "stalled", setup: func(m *model) {
+		{name: "stalled past the call timeout", setup: func(m *model) {
 			m.fault = func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 		}},
 		{name: "refused", refused: true},
@@ -356,7 +363,7 @@ func TestFailover(t *testing.T) {
 			}
 			// A long health interval keeps the broken server marked down
 			// for the whole test.
-			w := f.start(t, Options{CallTimeout: 2 * time.Second, HealthInterval: time.Hour}, bad, good)
+			w := f.start(t, Options{CallTimeout: time.Second, HealthInterval: time.Hour}, bad, good)
 			ids := preferring(urls(bad, good), 0, 2)
 
 			req := generateRequest(ids[0], 1)

@@ -43,6 +43,7 @@ type runCmd struct {
 }
 
 func (c *runCmd) Run() error {
+	cmdutil.TuneGC()
 	if c.SubmitOnly && c.NATS == "" {
 		return fmt.Errorf("--submit-only needs --nats")
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -25,6 +26,15 @@ type Fleet struct {
 	Prefix   string `default:"rf" help:"Subject prefix."`
 	Replicas int    `default:"1" help:"Stream replicas (3 on a JetStream cluster)."`
 	LogLevel string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+}
+
+// TuneGC makes the garbage collector run less often than Go's default unless
+// GOGC is set: rollout processes allocate many short-lived messages and have
+// memory to spare, and collection was a tenth of their CPU time.
+func TuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 }
 
 // Logger returns a text logger on stderr at the given level.
@@ -88,6 +98,7 @@ type Process struct {
 // Main runs a fleet process: connect, run body until a signal, drain, and
 // exit non-zero when anything failed.
 func Main(name string, f Fleet, body func(Process) error) {
+	TuneGC()
 	log := Logger(f.LogLevel).With("process", name)
 	if err := run(name, f, log, body); err != nil {
 		log.Error("exiting", "err", err)
