@@ -151,7 +151,8 @@ func (e *episode) firstPrompt(ctx context.Context, obs string) error {
 	if len(toks) > keep {
 		toks = toks[len(toks)-keep:]
 	}
-	e.tokens = make([]int32, len(toks), int(req.MaxLength)+256)
+	// Room for a few turns; append grows it from there as the episode does.
+	e.tokens = make([]int32, len(toks), len(toks)+512)
 	copy(e.tokens, toks)
 	return nil
 }
