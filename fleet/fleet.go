@@ -378,12 +378,22 @@ func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
 	return reqs, nil
 }
 
-// ReadDataset reads a JSONL dataset; every bad line is reported with its number.
+// ReadDataset reads a JSONL dataset file; every bad line is reported with
+// its number.
 func ReadDataset(path string) ([]DatasetRow, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: dataset: %w", err)
 	}
+	rows, err := ParseDataset(data)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: dataset %s: %w", path, err)
+	}
+	return rows, nil
+}
+
+// ParseDataset parses JSONL dataset rows; blank lines are skipped.
+func ParseDataset(data []byte) ([]DatasetRow, error) {
 	var rows []DatasetRow
 	for i, line := range strings.Split(string(data), "\n") {
 		if strings.TrimSpace(line) == "" {
@@ -391,12 +401,12 @@ func ReadDataset(path string) ([]DatasetRow, error) {
 		}
 		var r DatasetRow
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return nil, fmt.Errorf("fleet: dataset %s line %d: %w", path, i+1, err)
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
 		}
 		rows = append(rows, r)
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("fleet: dataset %s has no rows", path)
+		return nil, errors.New("no rows")
 	}
 	return rows, nil
 }

@@ -1,7 +1,9 @@
 // Package collector is the collector actor: it consumes StepEvents,
 // assembles each episode into an OpenRLHF-ready Trajectory, checks the
 // invariants before publishing (a violation becomes a Failure, never a bad
-// trajectory), and assembles the n samples of a prompt into a Group.
+// trajectory), and assembles the n samples of a prompt into a Group. An
+// episode survives a collector restart: its steps that an earlier collector
+// acknowledged are read back from the steps stream.
 package collector
 
 import (
@@ -124,7 +126,8 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 	}
 }
 
-// Run consumes step events until ctx is cancelled.
+// Run consumes step events until ctx is cancelled. Outcomes being recorded
+// then are still published before Run returns.
 func (c *Collector) Run(ctx context.Context) error {
 	steps, err := c.js.Stream(ctx, c.opts.Subjects.StreamSteps())
 	if err != nil {
@@ -175,9 +178,9 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 	if p == nil {
 		p = &partial{next: 0, pending: map[int32]*messages.StepEvent{}}
 		if ev.Turn > 0 {
-			// A later turn of an episode this collector has not seen: an
-			// earlier collector acknowledged the first steps and stopped.
-			// The steps stream still holds them.
+			// A later turn of an episode this collector has not seen:
+			// usually an earlier collector acknowledged the first steps and
+			// stopped. The steps stream still holds them.
 			decided, err := c.reload(ctx, m, ev.EpisodeID, p)
 			if err != nil {
 				c.settle(m, err, false)
@@ -224,9 +227,10 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 	}
 	id, err := messages.ParseToken(strings.TrimPrefix(m.Subject(), strings.TrimSuffix(c.opts.Subjects.StepsAll(), ">")))
 	open := err == nil && !c.finished.has(id)
-	p := c.episodes[id]
+	var p *partial
 	msgID := ""
 	if open {
+		p = c.episodes[id]
 		f.EpisodeID, msgID = id, messages.TrajectoryMsgID(id)
 		if p != nil && p.req != nil {
 			f.GroupID, f.Env = p.req.GroupID, p.req.Env

@@ -209,7 +209,8 @@ func TestTooLargeTrajectoryFails(t *testing.T) {
 	}{
 		// Over the server's max payload but within the codec's limit.
 		{"server limit", 64 << 10, 5000},
-		// Over the codec's own limit, which the server's default matches.
+		// Over the codec's own limit, which the server's default matches:
+		// 8 bytes a token (id and logprob), 10% over across three steps.
 		{"codec limit", 0, messages.MaxMessageSize / 8 / 3 * 11 / 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -606,5 +607,15 @@ func TestRestartAfterMalformedStep(t *testing.T) {
 	}
 	if st := second.Stats(); st.Trajectories != 0 || st.Failures != 0 || st.InFlight != 0 {
 		t.Errorf("stats %+v of the second collector, want nothing", st)
+	}
+}
+
+func TestRecentIsBounded(t *testing.T) {
+	r := newRecent(2)
+	for _, id := range []string{"a", "b", "c"} {
+		r.add(id)
+	}
+	if r.has("a") || !r.has("b") || !r.has("c") || len(r.set) != 2 {
+		t.Errorf("after adding a, b, c to a set of 2: a %v, b %v, c %v, size %d", r.has("a"), r.has("b"), r.has("c"), len(r.set))
 	}
 }

@@ -212,7 +212,7 @@ func TestStickyRouting(t *testing.T) {
 			} else if rep.Endpoint != first {
 				t.Errorf("%s: turn %d went to %s, turn 0 to %s", id, turn, rep.Endpoint, first)
 			}
-			perURL[rep.Endpoint] += 1
+			perURL[rep.Endpoint]++
 		}
 	}
 	for i, m := range models {
