@@ -124,6 +124,10 @@ func New(baseURL string, opts Options) (*Client, error) {
 // BaseURL returns the server's base URL without a trailing "/".
 func (c *Client) BaseURL() string { return c.base }
 
+// CloseIdleConnections closes the client's idle keep-alive connections, so a
+// stopping worker does not hold the server's connections open.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
 func defaultHTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,

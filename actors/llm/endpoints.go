@@ -25,6 +25,8 @@ type endpoint struct {
 
 	eotMu sync.Mutex
 	eotID int32 // the end-of-turn token id; -1 until learned
+
+	tokens tokenCache
 }
 
 // endsTurn reports whether ids end with the model's end-of-turn token. The

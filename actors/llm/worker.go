@@ -181,6 +181,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	subs.Wait()
 	close(quit)
 	wg.Wait()
+	for _, e := range w.router.eps {
+		e.client.CloseIdleConnections()
+	}
 	return nil
 }
 
@@ -270,7 +273,7 @@ func (w *Worker) serveTokenize(ctx context.Context, data []byte) *messages.Token
 	var ids []int32
 	_, err = w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
 		var err error
-		ids, err = e.client.Tokenize(ctx, treq)
+		ids, err = e.tokenize(ctx, treq)
 		return err
 	})
 	if err != nil {
