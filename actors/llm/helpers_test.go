@@ -60,8 +60,9 @@ type model struct {
 	hold    chan struct{}
 	entered chan struct{}
 
-	srv    *httptest.Server
-	health atomic.Int64
+	srv       *httptest.Server
+	health    atomic.Int64
+	tokenizes atomic.Int64
 
 	mu sync.Mutex
 	// prompts are the token ids of every /v1/completions request received.
@@ -85,6 +86,8 @@ func newModel(t *testing.T, opts toyllm.Options, setup func(*model)) *model {
 
 func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
+	case "/tokenize":
+		m.tokenizes.Add(1)
 	case "/health":
 		m.health.Add(1)
 		if m.down.Load() {

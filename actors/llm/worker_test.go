@@ -629,3 +629,55 @@ func TestRunReturnsWhenConnectionCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTokenizeCache checks that a repeated plain text is tokenized by the
+// model server once, with the same ids, while chat-template renders and a
+// different special-token flag still reach the server.
+func TestTokenizeCache(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, nil)
+	f.start(t, Options{}, m)
+	text := "\n" + chat.ImStart + "user\nAt turn 2, you guessed 7, and the target number is lower than 7." + chat.ImEnd
+	var first []int32
+	for i := range 5 {
+		rep := f.tokenize(t, &messages.TokenizeRequest{V: messages.Version, EpisodeID: fmt.Sprint("ep", i), Text: text})
+		if rep.Error != "" {
+			t.Fatal(rep.Error)
+		}
+		if i == 0 {
+			first = rep.Tokens
+		} else if !slices.Equal(rep.Tokens, first) {
+			t.Fatalf("call %d: cached ids differ", i)
+		}
+	}
+	if n := m.tokenizes.Load(); n != 1 {
+		t.Fatalf("5 tokenizations of one text reached the server %d times, want 1", n)
+	}
+	f.tokenize(t, &messages.TokenizeRequest{V: messages.Version, Text: text, AddSpecialTokens: true})
+	msgs := []messages.ChatMessage{{Role: "user", Content: "hi"}}
+	f.tokenize(t, &messages.TokenizeRequest{V: messages.Version, Messages: msgs})
+	f.tokenize(t, &messages.TokenizeRequest{V: messages.Version, Messages: msgs})
+	if n := m.tokenizes.Load(); n != 4 {
+		t.Fatalf("want 4 server tokenizations (1 cached text, 1 other flag, 2 chat renders), got %d", n)
+	}
+}
+
+func TestTokenCacheEviction(t *testing.T) {
+	var c tokenCache
+	c.put(tokenKey{text: "keep"}, []int32{1})
+	for i := range tokenCacheEntries {
+		c.put(tokenKey{text: fmt.Sprint(i)}, []int32{int32(i)})
+		if i%1000 == 0 {
+			// Used again, so it moves back to the current generation.
+			if _, ok := c.get(tokenKey{text: "keep"}); !ok {
+				t.Fatalf("a recently used entry was evicted after %d puts", i)
+			}
+		}
+	}
+	if _, ok := c.get(tokenKey{text: "0"}); ok {
+		t.Fatal("the oldest unused entry should have been evicted")
+	}
+	if n := len(c.cur) + len(c.prev); n > tokenCacheEntries {
+		t.Fatalf("cache holds %d entries, bound is %d", n, tokenCacheEntries)
+	}
+}
