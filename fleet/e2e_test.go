@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollfleet/rollfleet/actors/collector"
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
@@ -194,5 +195,44 @@ func checkTrajectory(t *testing.T, tr *messages.Trajectory, rec *recorder) {
 	}
 	if !strings.HasPrefix(tr.GroupID, strings.Split(tr.EpisodeID, "-")[0]) {
 		t.Fatalf("%s: group %s is not of this run", tr.EpisodeID, tr.GroupID)
+	}
+}
+
+// TestDynamicFiltering checks the run's group counts and pass rate against
+// the trajectories themselves: a group is kept when the mean of its scores
+// is strictly inside (0, 1).
+func TestDynamicFiltering(t *testing.T) {
+	var out bytes.Buffer
+	seed := uint64(3)
+	sum, err := Run(context.Background(), Options{
+		Env: "game:GuessTheNumber-v0-hard", Episodes: 256, NSamples: 4, Seed: &seed,
+		Filter: &collector.ScoreRange{Low: 0, High: 1}, Out: &out,
+		DataDir: filepath.Join(t.TempDir(), "nats"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scores := map[string][]float64{}
+	for _, tr := range readTrajectories(t, out.Bytes()) {
+		scores[tr.GroupID] = append(scores[tr.GroupID], tr.Scores)
+	}
+	kept := 0
+	for _, s := range scores {
+		var total float64
+		for _, x := range s {
+			total += x
+		}
+		if mean := total / float64(len(s)); 0 < mean && mean < 1 {
+			kept++
+		}
+	}
+	if len(scores) != 64 || sum.GroupsKept != kept || sum.GroupsFiltered != 64-kept {
+		t.Fatalf("groups: %d seen, want kept %d filtered %d, summary says %s", len(scores), kept, 64-kept, sum)
+	}
+	if kept == 0 || kept == 64 {
+		t.Fatalf("the filter was not exercised: %d of 64 kept", kept)
+	}
+	if want := float64(kept) / 64; sum.PassRate() != want {
+		t.Fatalf("pass rate %v, want %v", sum.PassRate(), want)
 	}
 }

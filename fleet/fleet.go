@@ -187,6 +187,13 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	sum, err := gather(ctx, opts, reqs, results)
 	sum.Wall = time.Since(start)
 	if coll != nil {
+		// The collector counts a group just after publishing its last
+		// trajectory; give it a moment to catch up with what we saw.
+		groups := uint64(len(reqs) / opts.NSamples)
+		deadline := time.Now().Add(5 * time.Second)
+		for err == nil && coll.Stats().Groups < groups && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
 		st := coll.Stats()
 		sum.GroupsKept, sum.GroupsFiltered, sum.GroupsIncomplete = int(st.GroupsKept), int(st.GroupsFiltered), int(st.GroupsIncomplete)
 		sum.FilterOn = opts.Filter != nil
