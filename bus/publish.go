@@ -51,6 +51,11 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 			break
 		}
 	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Headers count too, so a message just under the limit can still be
+		// refused by the client: the same permanent condition.
+		return fmt.Errorf("%w: %s: %v", ErrTooLarge, subject, err)
+	}
 	if err != nil {
 		return fmt.Errorf("bus: publish %s: %w", subject, err)
 	}

@@ -2,7 +2,9 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -68,13 +70,39 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 	}
 }
 
-// EnsureStreams creates or updates every rollfleet stream. Every actor calls
-// it at start, so any one of them can bring up an empty server.
+// EnsureStreams creates every rollfleet stream that does not exist yet.
+// Every actor calls it at start, so any one of them can bring up an empty
+// server. It never changes an existing stream: a worker started with other
+// defaults must not, say, scale a cluster's three replicas down to one. A
+// stream whose replicas differ from opts is reported, and the caller decides.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, opts StreamOptions) error {
+	opts.setDefaults()
+	var mismatched []string
 	for _, cfg := range StreamConfigs(subj, opts) {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		st, err := js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, cfg)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				continue // another process created it first
+			}
+			if err != nil {
+				return fmt.Errorf("bus: create stream %s: %w", cfg.Name, err)
+			}
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("bus: stream %s: %w", cfg.Name, err)
 		}
+		if have := st.CachedInfo().Config.Replicas; have != cfg.Replicas {
+			mismatched = append(mismatched, fmt.Sprintf("%s has %d replicas, not %d", cfg.Name, have, cfg.Replicas))
+		}
+	}
+	if len(mismatched) > 0 {
+		return fmt.Errorf("%w: %s", ErrStreamMismatch, strings.Join(mismatched, "; "))
 	}
 	return nil
 }
+
+// ErrStreamMismatch means a stream exists with another replica count than
+// asked for. The stream is left as it is.
+var ErrStreamMismatch = errors.New("bus: existing stream differs from the requested configuration")

@@ -16,7 +16,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -147,11 +146,16 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return Summary{}, fmt.Errorf("fleet: jetstream: %w", err)
 	}
 	subj := messages.NewSubjects("")
-	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); errors.Is(err, bus.ErrStreamMismatch) {
+		opts.Logger.Warn("streams left as they are", "err", err)
+	} else if err != nil {
 		return Summary{}, err
 	}
 
 	// Outcome consumers exist before the first submit, so nothing is missed.
+	// Their callbacks block on results until the run is over.
+	ctx, stopResults := context.WithCancel(ctx)
+	defer stopResults()
 	results := make(chan outcome, 1024)
 	for _, s := range []struct{ stream, kind string }{
 		{subj.StreamTrajectories(), "trajectory"}, {subj.StreamFailures(), "failure"},
@@ -265,49 +269,43 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, connect func
 		stack.push(stop)
 		endpoints = []string{url}
 	}
-	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	// Stop order (reverse of push): cancel actors, wait for them, then close
-	// their connections, which were pushed earlier.
-	llmNC, err := connect("llmworker")
-	if err != nil {
-		cancel()
-		return nil, err
+	// Connections are pushed before the actors' stop, so they close after
+	// the actors have stopped.
+	conns := map[string]*nats.Conn{}
+	for _, name := range []string{"llmworker", "envworker", "collector"} {
+		nc, err := connect(name)
+		if err != nil {
+			return nil, err
+		}
+		conns[name] = nc
 	}
-	envNC, err := connect("envworker")
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	colNC, err := connect("collector")
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	stack.push(wg.Wait)
-	stack.push(cancel)
-
-	lw, err := llm.New(llmNC, llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger})
+	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
-	envJS, err := jetstream.New(envNC)
+	envJS, err := jetstream.New(conns["envworker"])
 	if err != nil {
 		return nil, err
 	}
-	colJS, err := jetstream.New(colNC)
+	colJS, err := jetstream.New(conns["collector"])
 	if err != nil {
 		return nil, err
 	}
-	ew := envactor.New(envNC, envJS, envactor.Options{Concurrency: opts.Concurrency, Logger: opts.Logger})
+	ew := envactor.New(conns["envworker"], envJS, envactor.Options{Concurrency: opts.Concurrency, Logger: opts.Logger})
 	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger})
-	runs := []func(context.Context) error{lw.Run, ew.Run, coll.Run}
-	for _, run := range runs {
-		wg.Go(func() {
+	// Stopped in dependency order (reverse of start): the env worker first,
+	// so its episodes still have an LLM worker to finish with and a
+	// collector to take their last steps.
+	for _, run := range []func(context.Context) error{coll.Run, lw.Run, ew.Run} {
+		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
 			if err := run(actx); err != nil {
 				opts.Logger.Error("actor stopped", "err", err)
 			}
-		})
+		}()
+		stack.push(func() { cancel(); <-done })
 	}
 	return coll, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +33,9 @@ type Summary struct {
 	Wall                 time.Duration
 	// Malformed counts undecodable messages seen on the output streams.
 	Malformed int
+	// Duplicates counts second outcomes for an episode of this run (never
+	// expected: every episode ends as exactly one trajectory or failure).
+	Duplicates int
 	// FailureReasons counts failures by reason.
 	FailureReasons map[string]int
 	// Groups after dynamic filtering (only when the collector ran here).
@@ -77,6 +81,9 @@ func (s Summary) String() string {
 	if s.FilterOn {
 		fmt.Fprintf(&b, " groups_kept=%d groups_filtered=%d pass_rate=%.3f", s.GroupsKept, s.GroupsFiltered, s.PassRate())
 	}
+	if s.Duplicates > 0 {
+		fmt.Fprintf(&b, " duplicate_outcomes=%d", s.Duplicates)
+	}
 	if s.Malformed > 0 {
 		fmt.Fprintf(&b, " malformed_outputs=%d", s.Malformed)
 	}
@@ -109,6 +116,7 @@ func gather(ctx context.Context, opts Options, reqs []*messages.EpisodeRequest, 
 	for _, r := range reqs {
 		pending[r.EpisodeID] = true
 	}
+	ours := maps.Clone(pending)
 	sum := Summary{Episodes: len(reqs), FailureReasons: map[string]int{}}
 	out := bufio.NewWriterSize(opts.Out, 1<<20)
 	var fout *bufio.Writer
@@ -139,9 +147,9 @@ func gather(ctx context.Context, opts Options, reqs []*messages.EpisodeRequest, 
 		var err error
 		switch o.kind {
 		case "trajectory":
-			err = sum.addTrajectory(o.data, pending, out)
+			err = sum.addTrajectory(o.data, ours, pending, out)
 		default:
-			err = sum.addFailure(o.data, pending, failures)
+			err = sum.addFailure(o.data, ours, pending, failures)
 		}
 		if err != nil {
 			return sum, err
@@ -153,16 +161,29 @@ func gather(ctx context.Context, opts Options, reqs []*messages.EpisodeRequest, 
 	return sum, flush()
 }
 
-func (s *Summary) addTrajectory(data []byte, pending map[string]bool, out io.Writer) error {
+// claim reports whether an outcome for episode id is this run's first for
+// it; a second outcome for one of ours is counted as a duplicate.
+func (s *Summary) claim(id string, ours, pending map[string]bool) bool {
+	if !ours[id] {
+		return false // another run's
+	}
+	if !pending[id] {
+		s.Duplicates++
+		return false
+	}
+	delete(pending, id)
+	return true
+}
+
+func (s *Summary) addTrajectory(data []byte, ours, pending map[string]bool, out io.Writer) error {
 	t, err := messages.Decode[messages.Trajectory](data)
 	if err != nil {
 		s.Malformed++ // not ours to fix; the run goes on
 		return nil
 	}
-	if !pending[t.EpisodeID] {
-		return nil // another run's, or a duplicate
+	if !s.claim(t.EpisodeID, ours, pending) {
+		return nil
 	}
-	delete(pending, t.EpisodeID)
 	// Called directly: through an Encoder the large line would be validated
 	// and copied once more.
 	line, err := t.MarshalJSON()
@@ -188,16 +209,15 @@ func (s *Summary) addTrajectory(data []byte, pending map[string]bool, out io.Wri
 	return nil
 }
 
-func (s *Summary) addFailure(data []byte, pending map[string]bool, out io.Writer) error {
+func (s *Summary) addFailure(data []byte, ours, pending map[string]bool, out io.Writer) error {
 	f, err := messages.Decode[messages.Failure](data)
 	if err != nil {
 		s.Malformed++
 		return nil
 	}
-	if !pending[f.EpisodeID] {
+	if !s.claim(f.EpisodeID, ours, pending) {
 		return nil
 	}
-	delete(pending, f.EpisodeID)
 	s.Failures++
 	s.FailureReasons[f.Reason]++
 	if out == nil {

@@ -139,9 +139,12 @@ type TokenizeReply struct {
 // StepEvent is one model turn of an episode and the environment's answer to it, published by the
 // env worker and assembled by the collector.
 type StepEvent struct {
-	V              uint8              `msgpack:"v"`
-	EpisodeID      string             `msgpack:"id"`
-	Turn           int32              `msgpack:"tn"`           // 0-based model turn
+	V         uint8  `msgpack:"v"`
+	EpisodeID string `msgpack:"id"`
+	Turn      int32  `msgpack:"tn"` // 0-based model turn
+	// Attempt numbers the runs of an episode (its delivery count): a redelivered episode starts
+	// over, and the collector keeps only the steps of the latest attempt it has seen.
+	Attempt        int32              `msgpack:"a,omitempty"`
 	Episode        *EpisodeRequest    `msgpack:"er,omitempty"` // turn 0 only: the request, so the collector needs nothing else
 	PromptTokens   Tokens             `msgpack:"pt,omitempty"` // turn 0 only
 	ActionTokens   Tokens             `msgpack:"at"`

@@ -192,10 +192,11 @@ func ParseToken(tok string) (string, error) {
 	return b.String(), nil
 }
 
-// StepMsgID is the JetStream de-duplication id of a StepEvent: "<episode>/<turn>". The turn
-// follows the last '/', so distinct (episode, turn) pairs never share an id.
-func StepMsgID(episode string, turn int32) string {
-	return episode + "/" + strconv.FormatInt(int64(turn), 10)
+// StepMsgID is the JetStream de-duplication id of a StepEvent: "<episode>/<attempt>/<turn>".
+// The attempt and turn follow the last two '/', so distinct triples never share an id, and a
+// rerun of an episode (a redelivery) never collides with the steps an earlier run stored.
+func StepMsgID(episode string, attempt, turn int32) string {
+	return episode + "/" + strconv.FormatInt(int64(attempt), 10) + "/" + strconv.FormatInt(int64(turn), 10)
 }
 
 // TrajectoryMsgID is the JetStream de-duplication id of a Trajectory: its episode id, since an

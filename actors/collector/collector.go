@@ -175,8 +175,18 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	p := c.episodes[ev.EpisodeID]
+	if p != nil && p.outcome == nil && ev.Attempt > p.attempt {
+		// The episode was delivered again and started over: what the
+		// earlier run left is superseded, whatever turn it reached.
+		delete(c.episodes, ev.EpisodeID)
+		p = nil
+	}
+	if p != nil && ev.Attempt < p.attempt {
+		_ = m.Ack() // a step of a superseded run
+		return
+	}
 	if p == nil {
-		p = &partial{next: 0, pending: map[int32]*messages.StepEvent{}}
+		p = &partial{attempt: ev.Attempt, pending: map[int32]*messages.StepEvent{}}
 		if ev.Turn > 0 {
 			// A later turn of an episode this collector has not seen:
 			// usually an earlier collector acknowledged the first steps and
@@ -283,7 +293,9 @@ func (c *Collector) reload(ctx context.Context, m jetstream.Msg, id string, p *p
 		if err != nil {
 			return true, nil
 		}
-		p.pending[ev.Turn] = ev
+		if ev.Attempt == p.attempt {
+			p.pending[ev.Turn] = ev
+		}
 		seq = raw.Sequence + 1
 	}
 	return false, nil

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"hash/fnv"
+	"runtime/debug"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,15 +53,27 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	w.started.Add(1)
-	ep := &episode{w: w, req: req, msg: msg}
-	err = ep.run(ctx)
+	ep := &episode{w: w, req: req, msg: msg, attempt: 1}
+	meta, err := msg.Metadata()
+	if err == nil {
+		ep.attempt = int32(min(meta.NumDelivered, 1<<30))
+	}
+	w.live.Store(ep, msg)
+	defer w.live.Delete(ep)
+	err = ep.runSafely(ctx)
+	lastTry := ep.attempt >= int32(w.opts.MaxDeliver)
+	if err != nil && !errors.Is(err, errEpisode) && lastTry {
+		// JetStream will not deliver it again: record the outcome now, or
+		// the episode would end with none.
+		err = fmt.Errorf("%w: gave up after %d deliveries: %v", errEpisode, ep.attempt, err)
+	}
 	if errors.Is(err, errEpisode) {
 		w.failed.Add(1)
 		err = ep.publishFailure(ctx, err)
 	}
 	if err != nil {
 		// This worker could not record the outcome: hand the episode back.
-		w.log.Error("episode interrupted; returning it to the queue", "episode", req.EpisodeID, "err", err)
+		w.log.Error("episode interrupted; returning it to the queue", "episode", req.EpisodeID, "attempt", ep.attempt, "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
@@ -70,11 +83,27 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
+// runSafely runs the episode and turns a panic (a bug in a game, say) into
+// this episode's failure instead of the whole worker's.
+func (e *episode) runSafely(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.w.log.Error("episode panicked", "episode", e.req.EpisodeID, "panic", r, "stack", string(debug.Stack()))
+			err = e.fail("internal error: %v", r)
+		}
+	}()
+	return e.run(ctx)
+}
+
 // episode is one episode's actor state, owned by a single goroutine.
 type episode struct {
 	w   *Worker
 	req *messages.EpisodeRequest
 	msg jetstream.Msg
+
+	// attempt is the delivery count: a redelivered episode starts over, and
+	// its steps carry the attempt so they never mix with an earlier run's.
+	attempt int32
 
 	env    envs.Env
 	spec   envs.Spec
@@ -98,8 +127,11 @@ func (e *episode) run(ctx context.Context) error {
 	}
 	e.spec, e.env = spec, env
 	if req.EnvSeed == nil {
-		// Record the seed actually used so the episode can be replayed.
-		s := rand.Uint64()
+		// Derived from the id, so a rerun plays the same game; recorded so
+		// the episode can be replayed.
+		h := fnv.New64a()
+		h.Write([]byte(req.EpisodeID))
+		s := h.Sum64()
 		req.EnvSeed = &s
 	}
 	obs, _ := env.Reset(envs.NewRNG(*req.EnvSeed))
@@ -112,15 +144,13 @@ func (e *episode) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := e.w.publish(ctx, e.w.opts.Subjects.Steps(req.EpisodeID), ev, messages.StepMsgID(req.EpisodeID, ev.Turn)); err != nil {
+		if err := e.publishStep(ctx, ev); err != nil {
 			return err
 		}
 		e.w.turns.Add(1)
 		if ev.Done {
 			return nil
 		}
-		// One turn can take long on a busy model; tell JetStream we are alive.
-		_ = e.msg.InProgress()
 	}
 }
 
@@ -170,7 +200,7 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		s := *sp.Seed + int64(e.turn)
 		sp.Seed = &s
 	}
-	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn}
+	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn, Attempt: e.attempt}
 	if e.turn == 0 {
 		ev.Episode = req
 		ev.PromptTokens = e.tokens
@@ -246,10 +276,20 @@ func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest) 
 // failure record.
 func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	ev := &messages.StepEvent{
-		V: messages.Version, EpisodeID: e.req.EpisodeID, Turn: e.turn, Episode: e.req,
+		V: messages.Version, EpisodeID: e.req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Episode: e.req,
 		Done: true, Error: cause.Error(),
 	}
-	return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.turn))
+	return e.publishStep(ctx, ev)
+}
+
+// publishStep stores a step event; a step too large to publish fails the
+// episode rather than being retried forever.
+func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error {
+	err := e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.attempt, ev.Turn))
+	if errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
+		return fmt.Errorf("%w: step %d: %v", errEpisode, ev.Turn, err)
+	}
+	return err
 }
 
 // request sends a NATS request and decodes the validated reply. A missing
@@ -281,6 +321,10 @@ func request[T any, P interface {
 			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 				last = err
 				continue
+			}
+			if errors.Is(err, nats.ErrMaxPayload) {
+				// The prompt outgrew what the server accepts: no retry helps.
+				return nil, fmt.Errorf("%w: %s: %v", errEpisode, subject, err)
 			}
 			return nil, fmt.Errorf("%s: %w", subject, err)
 		}

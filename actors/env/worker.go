@@ -34,9 +34,14 @@ type Options struct {
 	// out or came back unavailable is tried before the episode fails
 	// (default 4).
 	RequestAttempts int
-	// AckWait is the redelivery timeout of an episode; the worker signals
-	// progress every turn, so it only needs to cover one turn (default 5m).
+	// AckWait is the redelivery timeout of an episode. The worker signals
+	// progress for every running episode three times per AckWait, so only a
+	// worker that stops doing so (a crash) loses its episodes to another
+	// (default 1m).
 	AckWait time.Duration
+	// MaxDeliver is how often an episode is delivered before its failure is
+	// recorded instead of handing it back once more (default 5).
+	MaxDeliver int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -58,7 +63,10 @@ func (o *Options) setDefaults() {
 		o.RequestAttempts = 4
 	}
 	if o.AckWait <= 0 {
-		o.AckWait = 5 * time.Minute
+		o.AckWait = time.Minute
+	}
+	if o.MaxDeliver <= 0 {
+		o.MaxDeliver = 5
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -80,6 +88,9 @@ type Worker struct {
 
 	started, finished, failed, malformed, turns atomic.Uint64
 	inFlight                                    atomic.Int64
+
+	// live maps each running *episode to its message, for keepAlive.
+	live sync.Map
 }
 
 // New builds an env worker.
@@ -100,36 +111,36 @@ func (w *Worker) Stats() Stats {
 func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 	opts.setDefaults()
 	return jetstream.ConsumerConfig{
-		Durable:       opts.Durable,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       opts.AckWait,
-		MaxDeliver:    5,
-		MaxAckPending: -1, // each worker bounds itself by Concurrency
+		Durable:    opts.Durable,
+		AckPolicy:  jetstream.AckExplicitPolicy,
+		AckWait:    opts.AckWait,
+		MaxDeliver: opts.MaxDeliver,
+		// Each worker bounds itself by Concurrency; this bounds the fleet.
+		MaxAckPending: 1 << 16,
 		FilterSubject: opts.Subjects.EpisodesAll(),
 	}
 }
 
-// Run pulls and runs episodes until ctx is cancelled. It then stops pulling,
-// hands back (naks) what it pulled but did not start, and waits for running
-// episodes to finish their current turn loop.
+// Run pulls and runs episodes until ctx is cancelled, then waits for the
+// running episodes to finish. It pulls one episode per free slot, never
+// ahead: a prefetched episode would sit unacknowledged in a buffer, and if it
+// waited longer than AckWait it would be delivered to another worker too.
 func (w *Worker) Run(ctx context.Context) error {
 	cons, err := w.js.CreateOrUpdateConsumer(ctx, w.opts.Subjects.StreamEpisodes(), ConsumerConfig(w.opts))
 	if err != nil {
 		return fmt.Errorf("env: consumer: %w", err)
 	}
-	// Pull no more than we can start, so queued episodes stay available to
-	// other workers.
-	iter, err := cons.Messages(jetstream.PullMaxMessages(max(1, min(w.opts.Concurrency, 256))))
-	if err != nil {
-		return fmt.Errorf("env: pull: %w", err)
-	}
-	stopDrain := context.AfterFunc(ctx, iter.Drain)
-	defer stopDrain()
 	w.log.Info("env worker ready", "concurrency", w.opts.Concurrency)
 
 	slots := make(chan struct{}, w.opts.Concurrency)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	var wg, keeper sync.WaitGroup
+	stopKeeper := make(chan struct{})
+	keeper.Go(func() { w.keepAlive(stopKeeper) })
+	defer func() {
+		wg.Wait()
+		close(stopKeeper)
+		keeper.Wait()
+	}()
 	// Episodes outlive a shutdown request: they finish rather than leave
 	// half-published state behind.
 	work := context.WithoutCancel(ctx)
@@ -137,24 +148,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			nakRest(iter)
 			return nil
 		}
-		msg, err := iter.Next()
+		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
 			<-slots
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			switch {
+			case ctx.Err() != nil:
 				return nil
-			}
-			if w.nc.IsClosed() {
+			case w.nc.IsClosed():
 				return fmt.Errorf("env: pull: %w", nats.ErrConnectionClosed)
+			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
+				return fmt.Errorf("env: pull: %w", err)
 			}
-			w.log.Warn("pull failed", "err", err)
-			continue
-		}
-		if ctx.Err() != nil {
-			<-slots
-			_ = msg.Nak()
+			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				w.log.Warn("pull failed", "err", err)
+			}
 			continue
 		}
 		wg.Go(func() {
@@ -164,14 +173,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// nakRest returns every message still buffered in a draining iterator to the
-// stream so another worker picks it up at once.
-func nakRest(iter jetstream.MessagesContext) {
+// keepAlive tells JetStream, three times per AckWait, that every running
+// episode is still being worked on, so a slow model never causes a second
+// delivery while the first run is alive. It runs until stop is closed.
+func (w *Worker) keepAlive(stop <-chan struct{}) {
+	t := time.NewTicker(w.opts.AckWait / 3)
+	defer t.Stop()
 	for {
-		m, err := iter.Next()
-		if err != nil {
+		select {
+		case <-t.C:
+		case <-stop:
 			return
 		}
-		_ = m.Nak()
+		w.live.Range(func(_, m any) bool {
+			_ = m.(jetstream.Msg).InProgress()
+			return true
+		})
 	}
 }

@@ -23,8 +23,9 @@ type endpoint struct {
 	slots   chan struct{} // capacity = per-endpoint in-flight cap
 	healthy atomic.Bool
 
-	eotMu sync.Mutex
-	eotID int32 // the end-of-turn token id; -1 until learned
+	eotMu    sync.Mutex
+	eotID    int32        // the end-of-turn token id; -1 until learned
+	eotKnown atomic.Int32 // eotID+1 once learned, read without the lock; 0 before
 
 	tokens tokenCache
 }
@@ -34,6 +35,9 @@ type endpoint struct {
 func (e *endpoint) endsTurn(ctx context.Context, ids []int32) (bool, error) {
 	if len(ids) == 0 {
 		return false, nil
+	}
+	if id := e.eotKnown.Load(); id > 0 {
+		return ids[len(ids)-1] == id-1, nil
 	}
 	e.eotMu.Lock()
 	defer e.eotMu.Unlock()
@@ -46,6 +50,7 @@ func (e *endpoint) endsTurn(ctx context.Context, ids []int32) (bool, error) {
 			return false, fmt.Errorf("%w: %q is %d tokens for this model, not one special token", errNoEndOfTurn, chat.ImEnd, len(toks))
 		}
 		e.eotID = toks[0]
+		e.eotKnown.Store(e.eotID + 1)
 	}
 	return ids[len(ids)-1] == e.eotID, nil
 }

@@ -4,6 +4,7 @@ package cmdutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -69,6 +70,10 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = bus.EnsureStreams(sctx, js, subj, bus.StreamOptions{Replicas: f.Replicas})
 		cancel()
+		if errors.Is(err, bus.ErrStreamMismatch) {
+			log.Warn("streams left as they are", "err", err)
+			err = nil
+		}
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
