@@ -100,21 +100,3 @@ func FuzzReadGame(f *testing.F) {
 		}
 	})
 }
-
-// FuzzJSONString checks the hand-written JSON escaping against encoding/json.
-func FuzzJSONString(f *testing.F) {
-	for _, s := range []string{"", "a\"b\\c", "\x00\x1f\n\t\r\b\f", "\xff<>&", "\u2028\u2029é"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		var want bytes.Buffer
-		enc := json.NewEncoder(&want)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(s); err != nil {
-			t.Fatal(err)
-		}
-		if got := appendJSONString(nil, s); string(got) != string(bytes.TrimSuffix(want.Bytes(), []byte("\n"))) {
-			t.Fatalf("appendJSONString(%q) = %s, encoding/json gives %s", s, got, want.Bytes())
-		}
-	})
-}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rollfleet/rollfleet/internal/jsonw"
 )
 
 // jsonContentType is shared by every response; net/http never modifies it.
@@ -116,16 +118,52 @@ type responseOptions struct {
 	topN     int
 }
 
-func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+// serveGeneration answers a generation request: gen validates it and
+// generates the answer into st, and appendResponse writes the response.
+func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request,
+	gen func(*Server, *http.Request, http.ResponseWriter, *genState) (responseOptions, error),
+	appendResponse func(*Server, []byte, *genState, responseOptions) []byte,
+) {
 	st := s.getState()
 	defer s.putState(st)
-	ro, err := s.completion(r, w, st)
+	ro, err := gen(s, r, w, st)
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	st.resp = s.appendCompletion(st.resp[:0], st, ro)
+	st.resp = appendResponse(s, st.resp[:0], st, ro)
 	writeBody(w, http.StatusOK, st.resp)
+}
+
+// serveJSON answers a request off the hot path with what answer returns,
+// encoded by encoding/json.
+func serveJSON[T any](s *Server, w http.ResponseWriter, r *http.Request,
+	answer func(*Server, *http.Request, http.ResponseWriter, *genState) (T, error),
+) {
+	st := s.getState()
+	defer s.putState(st)
+	resp, err := answer(s, r, w, st)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeJSON(w, resp)
+}
+
+// readRequest reads a request body into st and decodes it into req, then
+// checks the model it names; model points at req's model field.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, st *genState, req any, model *string) error {
+	if err := s.readBody(w, r, st); err != nil {
+		return err
+	}
+	if err := decode(st.body.Bytes(), req); err != nil {
+		return err
+	}
+	return s.checkModel(*model)
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	s.serveGeneration(w, r, (*Server).completion, (*Server).appendCompletion)
 }
 
 // completion validates a /v1/completions request and generates its answer
@@ -184,28 +222,14 @@ func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	st := s.getState()
-	defer s.putState(st)
-	ro, err := s.chatCompletion(r, w, st)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	st.resp = s.appendChatCompletion(st.resp[:0], st, ro)
-	writeBody(w, http.StatusOK, st.resp)
+	s.serveGeneration(w, r, (*Server).chatCompletion, (*Server).appendChatCompletion)
 }
 
 // chatCompletion validates a /v1/chat/completions request and generates its
 // answer into st.
 func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genState) (responseOptions, error) {
-	if err := s.readBody(w, r, st); err != nil {
-		return responseOptions{}, err
-	}
 	var req chatRequest
-	if err := decode(st.body.Bytes(), &req); err != nil {
-		return responseOptions{}, err
-	}
-	if err := s.checkModel(req.Model); err != nil {
+	if err := s.readRequest(w, r, st, &req, &req.Model); err != nil {
 		return responseOptions{}, err
 	}
 	gp, err := req.genParams()
@@ -247,27 +271,14 @@ func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genS
 }
 
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	st := s.getState()
-	defer s.putState(st)
-	resp, err := s.tokenize(r, w, st)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	s.writeJSON(w, resp)
+	serveJSON(s, w, r, (*Server).tokenize)
 }
 
 // tokenize answers POST /tokenize: text as is, or messages through the chat
 // template.
 func (s *Server) tokenize(r *http.Request, w http.ResponseWriter, st *genState) (tokenizeResponse, error) {
-	if err := s.readBody(w, r, st); err != nil {
-		return tokenizeResponse{}, err
-	}
 	var req tokenizeRequest
-	if err := decode(st.body.Bytes(), &req); err != nil {
-		return tokenizeResponse{}, err
-	}
-	if err := s.checkModel(req.Model); err != nil {
+	if err := s.readRequest(w, r, st, &req, &req.Model); err != nil {
 		return tokenizeResponse{}, err
 	}
 	var text string
@@ -297,26 +308,13 @@ func (s *Server) tokenize(r *http.Request, w http.ResponseWriter, st *genState) 
 }
 
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	st := s.getState()
-	defer s.putState(st)
-	resp, err := s.detokenize(r, w, st)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	s.writeJSON(w, resp)
+	serveJSON(s, w, r, (*Server).detokenize)
 }
 
 // detokenize answers POST /detokenize.
 func (s *Server) detokenize(r *http.Request, w http.ResponseWriter, st *genState) (detokenizeResponse, error) {
-	if err := s.readBody(w, r, st); err != nil {
-		return detokenizeResponse{}, err
-	}
 	var req detokenizeRequest
-	if err := decode(st.body.Bytes(), &req); err != nil {
-		return detokenizeResponse{}, err
-	}
-	if err := s.checkModel(req.Model); err != nil {
+	if err := s.readRequest(w, r, st, &req, &req.Model); err != nil {
 		return detokenizeResponse{}, err
 	}
 	for _, id := range req.Tokens {
@@ -382,13 +380,19 @@ func appendChoiceTail(b []byte, st *genState, ro responseOptions) []byte {
 	case stopToken:
 		b = strconv.AppendInt(b, int64(st.stopID), 10)
 	case stopString:
-		b = appendJSONString(b, st.stopMatch)
+		b = jsonw.AppendString(b, st.stopMatch)
 	default:
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"token_ids":`...)
+	return appendTokenIDs(b, st.ids, ro)
+}
+
+// appendTokenIDs appends ids as a JSON array if ro asks for token ids, and
+// null otherwise.
+func appendTokenIDs(b []byte, ids []int32, ro responseOptions) []byte {
 	if ro.tokenIDs {
-		return appendIDs(b, st.ids)
+		return jsonw.AppendInt32s(b, ids)
 	}
 	return append(b, "null"...)
 }
@@ -416,7 +420,7 @@ func tokenKey(id int32, asIDs bool) string {
 func (s *Server) appendCompletion(b []byte, st *genState, ro responseOptions) []byte {
 	b = s.appendHeader(b, "cmpl-", "text_completion")
 	b = append(b, `,"choices":[{"index":0,"text":`...)
-	b = appendJSONString(b, string(st.out))
+	b = jsonw.AppendString(b, string(st.out))
 	b = append(b, `,"logprobs":`...)
 	if ro.logprobs {
 		b = appendCompletionLogprobs(b, st, ro)
@@ -425,11 +429,7 @@ func (s *Server) appendCompletion(b []byte, st *genState, ro responseOptions) []
 	}
 	b = appendChoiceTail(b, st, ro)
 	b = append(b, `,"prompt_logprobs":null,"prompt_token_ids":`...)
-	if ro.tokenIDs {
-		b = appendIDs(b, st.prompt)
-	} else {
-		b = append(b, "null"...)
-	}
+	b = appendTokenIDs(b, st.prompt, ro)
 	b = append(b, `}],"service_tier":null,"system_fingerprint":null,`...)
 	b = appendUsage(b, st)
 	return append(b, `,"kv_transfer_params":null}`...)
@@ -441,7 +441,7 @@ func (s *Server) appendCompletion(b []byte, st *genState, ro responseOptions) []
 func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte {
 	var lpf logprobFormatter
 	b = append(b, `{"text_offset":`...)
-	b = appendIDs(b, st.offsets)
+	b = jsonw.AppendInt32s(b, st.offsets)
 	b = append(b, `,"token_logprobs":[`...)
 	for i, lp := range st.logp {
 		if i > 0 {
@@ -483,7 +483,7 @@ func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte
 func (s *Server) appendChatCompletion(b []byte, st *genState, ro responseOptions) []byte {
 	b = s.appendHeader(b, "chatcmpl-", "chat.completion")
 	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
-	b = appendJSONString(b, string(st.out))
+	b = jsonw.AppendString(b, string(st.out))
 	b = append(b, `,"reasoning_content":null,"tool_calls":[]},"logprobs":`...)
 	if ro.logprobs {
 		b = appendChatLogprobs(b, st, ro)
@@ -494,11 +494,7 @@ func (s *Server) appendChatCompletion(b []byte, st *genState, ro responseOptions
 	b = append(b, `}],"service_tier":null,"system_fingerprint":null,`...)
 	b = appendUsage(b, st)
 	b = append(b, `,"prompt_logprobs":null,"prompt_token_ids":`...)
-	if ro.tokenIDs {
-		b = appendIDs(b, st.prompt)
-	} else {
-		b = append(b, "null"...)
-	}
+	b = appendTokenIDs(b, st.prompt, ro)
 	return append(b, `,"kv_transfer_params":null}`...)
 }
 

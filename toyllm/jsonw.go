@@ -3,70 +3,14 @@ package toyllm
 import (
 	"math"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/rollfleet/rollfleet/internal/jsonw"
 )
 
 // The generation endpoints write their JSON by hand into pooled buffers:
 // encoding/json would allocate per token (a map per position for vLLM's
 // top_logprobs), and the stand-in must stay far cheaper than the system it
 // serves.
-
-// appendJSONString appends s as a JSON string, escaped as encoding/json
-// escapes it (without HTML escaping): invalid UTF-8 becomes U+FFFD.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		// U+2028 and U+2029 are valid JSON but break JavaScript parsers;
-		// encoding/json escapes them too.
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&15])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
 
 // minLogprob is the floor vLLM puts on reported logprobs, so that JSON never
 // carries -Infinity.
@@ -121,31 +65,6 @@ func (f *logprobFormatter) append(dst []byte, v float64) []byte {
 	return dst
 }
 
-// smallInts holds the decimal text of 0..VocabSize-1, so that token ids are
-// written without formatting.
-var smallInts = func() (t [VocabSize]string) {
-	for i := range t {
-		t[i] = strconv.Itoa(i)
-	}
-	return t
-}()
-
-// appendIDs appends a JSON array of token ids (or other integers).
-func appendIDs(dst []byte, ids []int32) []byte {
-	dst = append(dst, '[')
-	for i, id := range ids {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		if id >= 0 && id < VocabSize {
-			dst = append(dst, smallInts[id]...)
-		} else {
-			dst = strconv.AppendInt(dst, int64(id), 10)
-		}
-	}
-	return append(dst, ']')
-}
-
 // tokenJSON holds the JSON-quoted token strings of tokenStrings and
 // tokenIDStrings, and tokenBytesJSON each token's bytes as a JSON array.
 var tokenJSON, tokenIDJSON, tokenBytesJSON = buildTokenJSON()
@@ -153,8 +72,8 @@ var tokenJSON, tokenIDJSON, tokenBytesJSON = buildTokenJSON()
 // buildTokenJSON computes tokenJSON, tokenIDJSON and tokenBytesJSON.
 func buildTokenJSON() (strs, idStrs, byteArrays [VocabSize]string) {
 	for id := range VocabSize {
-		strs[id] = string(appendJSONString(nil, tokenStrings[id]))
-		idStrs[id] = string(appendJSONString(nil, tokenIDStrings[id]))
+		strs[id] = string(jsonw.AppendString(nil, tokenStrings[id]))
+		idStrs[id] = string(jsonw.AppendString(nil, tokenIDStrings[id]))
 		b := []byte{'['}
 		for i, c := range appendTokenText(nil, int32(id), false) {
 			if i > 0 {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rollfleet/rollfleet/internal/jsonw"
 )
 
 // Defaults of Options.
@@ -89,7 +91,7 @@ func New(opts Options) *Server {
 		// text, plus the rest of the request.
 		maxBody:   1<<20 + 16*int64(opts.MaxModelLen),
 		created:   time.Now().Unix(),
-		modelJSON: appendJSONString(nil, opts.Model),
+		modelJSON: jsonw.AppendString(nil, opts.Model),
 		idPrefix:  rand.Uint64(),
 	}
 	s.states.New = func() any { return new(genState) }

@@ -8,6 +8,8 @@ import (
 	gojson "github.com/goccy/go-json"
 	"math"
 	"strconv"
+
+	"github.com/rollfleet/rollfleet/internal/jsonw"
 )
 
 // CompletionRequest is one generation from a token-id prompt. Fields left
@@ -78,9 +80,9 @@ func (c *Client) Complete(ctx context.Context, req CompletionRequest) (Completio
 
 func appendCompletionRequest(b []byte, model string, r *CompletionRequest) []byte {
 	b = append(b, `{"model":`...)
-	b = appendString(b, model)
+	b = jsonw.AppendString(b, model)
 	b = append(b, `,"prompt":`...)
-	b = appendInt32s(b, r.Prompt)
+	b = jsonw.AppendInt32s(b, r.Prompt)
 	b = append(b, `,"max_tokens":`...)
 	b = strconv.AppendInt(b, int64(r.MaxTokens), 10)
 	b = append(b, `,"temperature":`...)
@@ -103,13 +105,13 @@ func appendCompletionRequest(b []byte, model string, r *CompletionRequest) []byt
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, s)
+			b = jsonw.AppendString(b, s)
 		}
 		b = append(b, ']')
 	}
 	if len(r.StopTokenIDs) > 0 {
 		b = append(b, `,"stop_token_ids":`...)
-		b = appendInt32s(b, r.StopTokenIDs)
+		b = jsonw.AppendInt32s(b, r.StopTokenIDs)
 	}
 	return append(b, `,"n":1,"logprobs":0,"return_tokens_as_token_ids":true,"return_token_ids":true,"skip_special_tokens":false}`...)
 }

@@ -162,25 +162,3 @@ func FuzzNumberLists(f *testing.F) {
 		}
 	})
 }
-
-// FuzzAppendString checks the request string encoder against encoding/json.
-func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{"", "plain", "<|im_end|>\n", "quote\" back\\slash", "\x00\x1f\x7f", "\xff\xfe", "é\u2028😀", "a\xc3"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		got := appendString([]byte("x"), s)[1:]
-		var back string
-		if err := json.Unmarshal(got, &back); err != nil {
-			t.Fatalf("appendString(%q) = %s: invalid JSON: %v", s, got, err)
-		}
-		ref, _ := json.Marshal(s)
-		var want string
-		if err := json.Unmarshal(ref, &want); err != nil {
-			t.Fatal(err)
-		}
-		if back != want {
-			t.Fatalf("appendString(%q) decodes to %q, want %q", s, back, want)
-		}
-	})
-}

@@ -7,70 +7,13 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"unicode/utf8"
 )
 
 // Requests are encoded by hand: a prompt is thousands of token ids, and
-// appending them with strconv into a pooled buffer costs a fraction of what
-// reflection-driven encoding/json does. Responses are checked by
+// appending them with package jsonw into a pooled buffer costs a fraction of
+// what reflection-driven encoding/json does. Responses are checked by
 // encoding/json, with the large numeric arrays parsed by the list types
 // below.
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string, replacing invalid UTF-8 with
-// U+FFFD as encoding/json does.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-func appendInt32s(b []byte, ids []int32) []byte {
-	b = append(b, '[')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, int64(id), 10)
-	}
-	return append(b, ']')
-}
 
 // appendFloat appends a finite f in its shortest exact form.
 func appendFloat(b []byte, f float64) []byte {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/rollfleet/rollfleet/internal/jsonw"
 )
 
 // Message is one chat message, for tokenizing with the server's chat
@@ -56,7 +58,7 @@ func (c *Client) Tokenize(ctx context.Context, req TokenizeRequest) ([]int32, er
 
 func appendTokenizeRequest(b []byte, model string, r *TokenizeRequest) []byte {
 	b = append(b, `{"model":`...)
-	b = appendString(b, model)
+	b = jsonw.AppendString(b, model)
 	if len(r.Messages) > 0 {
 		b = append(b, `,"messages":[`...)
 		for i, m := range r.Messages {
@@ -64,16 +66,16 @@ func appendTokenizeRequest(b []byte, model string, r *TokenizeRequest) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"role":`...)
-			b = appendString(b, m.Role)
+			b = jsonw.AppendString(b, m.Role)
 			b = append(b, `,"content":`...)
-			b = appendString(b, m.Content)
+			b = jsonw.AppendString(b, m.Content)
 			b = append(b, '}')
 		}
 		b = append(b, `],"add_generation_prompt":`...)
 		b = strconv.AppendBool(b, r.AddGenerationPrompt)
 	} else {
 		b = append(b, `,"prompt":`...)
-		b = appendString(b, r.Prompt)
+		b = jsonw.AppendString(b, r.Prompt)
 	}
 	b = append(b, `,"add_special_tokens":`...)
 	b = strconv.AppendBool(b, r.AddSpecialTokens)
@@ -88,9 +90,9 @@ func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
 	}
 	body := encode(func(b []byte) []byte {
 		b = append(b, `{"model":`...)
-		b = appendString(b, model)
+		b = jsonw.AppendString(b, model)
 		b = append(b, `,"tokens":`...)
-		b = appendInt32s(b, ids)
+		b = jsonw.AppendInt32s(b, ids)
 		return append(b, '}')
 	})
 	var r struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -471,7 +472,7 @@ func TestRetriesFailedPublish(t *testing.T) {
 	steps, want := threeTurns()
 	f.publish(t, steps...)
 	// The last step comes back after a failed publish.
-	checkFor(t, waitTimeout, 5*time.Millisecond, func() error {
+	bustest.CheckFor(t, waitTimeout, 5*time.Millisecond, func() error {
 		cons, err := f.js.Consumer(ctx, f.subj.StreamSteps(), "collector")
 		if err != nil {
 			return err
@@ -561,7 +562,7 @@ func TestShutdownRecordsDrainedOutcome(t *testing.T) {
 	c := f.start(t, Options{})
 	steps, want := threeTurns()
 	f.publish(t, steps...)
-	checkFor(t, waitTimeout, time.Millisecond, func() error {
+	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
 		cons, err := f.js.Consumer(ctx, f.subj.StreamSteps(), "collector")
 		if err != nil {
 			return err

@@ -12,23 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/messages"
 )
-
-// checkFor calls f every interval until it returns nil, and fails the test
-// with f's last error if that does not happen within timeout.
-func checkFor(t testing.TB, timeout, interval time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(interval)
-	}
-	t.Fatalf("condition not met after %v: %v", timeout, err)
-}
 
 // waitTimeout bounds every wait on the collector: generous, since -race
 // slows the server down, and only reached when a test fails.
@@ -44,32 +30,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, sopts bus.ServerOptions) *fixture {
 	t.Helper()
-	sopts.DontListen = true
-	sopts.DataDir = t.TempDir()
-	s, err := bus.StartServer(sopts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bus.Shutdown(s) })
-	f := &fixture{srv: s, js: connect(t, s, "test"), subj: messages.NewSubjects("")}
+	s := bustest.RunServerWith(t, sopts)
+	f := &fixture{srv: s, js: bustest.JetStream(t, s, "test"), subj: messages.NewSubjects("")}
 	if err := bus.EnsureStreams(context.Background(), f.js, f.subj, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return f
-}
-
-func connect(t *testing.T, s *server.Server, name string) jetstream.JetStream {
-	t.Helper()
-	nc, err := bus.ConnectInProcess(s, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
 }
 
 // running is a collector whose Run goroutine the test controls.
@@ -83,7 +49,7 @@ type running struct {
 func (f *fixture) start(t *testing.T, opts Options) *running {
 	t.Helper()
 	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c := New(connect(t, f.srv, "collector"), opts)
+	c := New(bustest.JetStream(t, f.srv, "collector"), opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -132,7 +98,7 @@ func (f *fixture) publishRaw(t *testing.T, subject string, data []byte) {
 // are complete from then on.
 func (f *fixture) settled(t *testing.T, durable string) {
 	t.Helper()
-	checkFor(t, waitTimeout, 5*time.Millisecond, func() error {
+	bustest.CheckFor(t, waitTimeout, 5*time.Millisecond, func() error {
 		return f.isSettled(durable)
 	})
 }

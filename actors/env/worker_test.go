@@ -10,6 +10,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/actors/llm"
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
@@ -25,28 +26,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, model toyllm.Options) *fixture {
 	t.Helper()
-	s, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bus.Shutdown(s) })
+	s := bustest.RunServer(t)
 	srv := httptest.NewServer(toyllm.New(model).Handler())
 	t.Cleanup(srv.Close)
 
-	conn := func(name string) jetstream.JetStream {
-		nc, err := bus.ConnectInProcess(s, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
-	f := &fixture{js: conn("test"), subj: messages.NewSubjects("")}
-	ljs, ejs := conn("llm"), conn("env")
+	f := &fixture{js: bustest.JetStream(t, s, "test"), subj: messages.NewSubjects("")}
+	ljs, ejs := bustest.JetStream(t, s, "llm"), bustest.JetStream(t, s, "env")
 	// Registered after the connections, so it runs before they close.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)

@@ -18,26 +18,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
-
-// checkFor calls f every interval until it returns nil, and fails the test
-// with f's last error if that does not happen within timeout.
-func checkFor(t testing.TB, timeout, interval time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(interval)
-	}
-	t.Fatalf("condition not met after %v: %v", timeout, err)
-}
 
 // waitTimeout bounds every wait in these tests; only a failing test
 // reaches it.
@@ -169,17 +154,8 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	s, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bus.Shutdown(s) })
-	nc, err := bus.ConnectInProcess(s, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return &fixture{srv: s, nc: nc, subj: messages.NewSubjects("")}
+	s := bustest.RunServer(t)
+	return &fixture{srv: s, nc: bustest.Connect(t, s, "test"), subj: messages.NewSubjects("")}
 }
 
 // running is a worker whose Run goroutine the test controls.
@@ -194,11 +170,7 @@ type running struct {
 // ends, and waits until it is subscribed.
 func (f *fixture) start(t *testing.T, opts Options, models ...*model) *running {
 	t.Helper()
-	nc, err := bus.ConnectInProcess(f.srv, "llm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := bustest.Connect(t, f.srv, "llm")
 	for _, m := range models {
 		opts.Endpoints = append(opts.Endpoints, m.url)
 	}
@@ -216,7 +188,7 @@ func (f *fixture) start(t *testing.T, opts Options, models ...*model) *running {
 			t.Error(err)
 		}
 	})
-	checkFor(t, waitTimeout, time.Millisecond, func() error {
+	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
 		for _, s := range []string{f.subj.Generate(), f.subj.Tokenize()} {
 			if !f.srv.GlobalAccount().SubscriptionInterest(s) {
 				return fmt.Errorf("no subscriber on %s", s)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
@@ -483,7 +484,7 @@ func TestHealthLoopRestoresServer(t *testing.T) {
 		t.Fatalf("reply from %s: %q, want the other server", rep.Endpoint, rep.Error)
 	}
 	// Probes of the down server fail and keep it out of rotation.
-	checkFor(t, waitTimeout, time.Millisecond, func() error {
+	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
 		if n := flaky.health.Load(); n < 2 {
 			return fmt.Errorf("%d health probes", n)
 		}
@@ -497,7 +498,7 @@ func TestHealthLoopRestoresServer(t *testing.T) {
 	}
 
 	flaky.down.Store(false)
-	checkFor(t, waitTimeout, time.Millisecond, func() error {
+	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
 		rep := f.generate(t, generateRequest(id, 3))
 		if rep.Error != "" || rep.Endpoint != flaky.url {
 			return fmt.Errorf("reply from %s: %q", rep.Endpoint, rep.Error)
@@ -598,7 +599,7 @@ func TestRunDrains(t *testing.T) {
 		t.Fatal("the request never reached the server")
 	}
 	w.cancel()
-	checkFor(t, waitTimeout, time.Millisecond, func() error {
+	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
 		if f.srv.GlobalAccount().SubscriptionInterest(f.subj.Generate()) {
 			return fmt.Errorf("still subscribed")
 		}

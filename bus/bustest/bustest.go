@@ -1,0 +1,76 @@
+// Package bustest provides helpers for tests that run actors on the bus: an
+// embedded NATS server with JetStream and in-process connections to it, all
+// cleaned up when the test ends, and a polling check for conditions that
+// become true asynchronously.
+package bustest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/bus"
+)
+
+// RunServer starts an embedded NATS server with JetStream that serves
+// in-process connections only and stores in t.TempDir(), and shuts it down
+// when the test ends. It fails the test if the server does not start.
+func RunServer(t testing.TB) *server.Server {
+	t.Helper()
+	return RunServerWith(t, bus.ServerOptions{})
+}
+
+// RunServerWith is RunServer with the server configured by opts; it
+// overrides opts.DontListen and opts.DataDir as RunServer sets them.
+func RunServerWith(t testing.TB, opts bus.ServerOptions) *server.Server {
+	t.Helper()
+	opts.DontListen = true
+	opts.DataDir = t.TempDir()
+	s, err := bus.StartServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Shutdown(s) })
+	return s
+}
+
+// Connect opens an in-process connection named name to s, closed when the
+// test ends. It fails the test if the connection cannot be made.
+func Connect(t testing.TB, s *server.Server, name string) *nats.Conn {
+	t.Helper()
+	nc, err := bus.ConnectInProcess(s, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream is Connect's connection as a JetStream context.
+func JetStream(t testing.TB, s *server.Server, name string) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(Connect(t, s, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// CheckFor calls f every interval until it returns nil, and fails the test
+// with f's last error if that does not happen within timeout. It must be
+// called from the test's goroutine.
+func CheckFor(t testing.TB, timeout, interval time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(interval)
+	}
+	t.Fatalf("condition not met after %v: %v", timeout, err)
+}
