@@ -80,7 +80,7 @@ func TestEndToEndGuessTheNumber(t *testing.T) {
 		t.Fatalf("run: %v (summary %s)", err, sum)
 	}
 	total := perEnv * len(gtnIDs)
-	if sum.Trajectories != total || sum.Failures != 0 {
+	if sum.Trajectories != total || sum.Failures != 0 || sum.Duplicates != 0 {
 		t.Fatalf("want %d trajectories and no failures, got %s", total, sum)
 	}
 

@@ -105,8 +105,12 @@ func TestMultiProcessFleet(t *testing.T) {
 	defer cancel()
 	run := exec.CommandContext(ctx, filepath.Join(bin, "rollout"), "run", "--nats", natsURL, "--submit-only",
 		"--env", "game:GuessTheNumber-v0", "--episodes", "100", "--n-samples", "4", "--seed", "11", "--out", out)
-	if msg, err := run.CombinedOutput(); err != nil {
+	msg, err := run.CombinedOutput()
+	if err != nil {
 		t.Fatalf("rollout run: %v\n%s", err, msg)
+	}
+	if !strings.Contains(string(msg), "trajectories=100 ") || strings.Contains(string(msg), "duplicate_outcomes") {
+		t.Fatalf("summary should show 100 trajectories and no duplicate outcomes:\n%s", msg)
 	}
 	data, err := os.ReadFile(out)
 	if err != nil {

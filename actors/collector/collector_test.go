@@ -620,3 +620,54 @@ func TestRecentIsBounded(t *testing.T) {
 		t.Errorf("after adding a, b, c to a set of 2: a %v, b %v, c %v, size %d", r.has("a"), r.has("b"), r.has("c"), len(r.set))
 	}
 }
+
+// TestLatestAttemptWins: an episode delivered again starts over, and its
+// steps carry the new attempt. Whatever the first run stored, however far
+// it got, the trajectory is built from one run only.
+func TestLatestAttemptWins(t *testing.T) {
+	stale := func(turns int) []*messages.StepEvent {
+		steps, _ := threeTurns()
+		out := steps[:turns]
+		for i, ev := range out {
+			cp := *ev
+			cp.Attempt = 1
+			cp.ActionTokens = messages.Tokens{99, 98} // the first run sampled something else
+			cp.ActionLogprobs = messages.Logprobs{-3, -3}
+			out[i] = &cp
+		}
+		return out
+	}
+	rerun := func() []*messages.StepEvent {
+		steps, _ := threeTurns()
+		for _, ev := range steps {
+			ev.Attempt = 2
+		}
+		return steps
+	}
+	for _, tc := range []struct {
+		name  string
+		steps func() []*messages.StepEvent
+	}{
+		{"first run stopped after turn 1", func() []*messages.StepEvent { return append(stale(2), rerun()...) }},
+		{"runs interleaved", func() []*messages.StepEvent {
+			s, r := stale(2), rerun()
+			return []*messages.StepEvent{s[0], r[0], s[1], r[1], r[2]}
+		}},
+		{"old run's steps arrive late", func() []*messages.StepEvent {
+			r := rerun()
+			return append([]*messages.StepEvent{r[0], r[1]}, append(stale(2), r[2])...)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{})
+			c := f.start(t, Options{})
+			f.publish(t, tc.steps()...)
+			f.settled(t, "collector")
+			_, want := threeTurns()
+			checkTrajectory(t, f.outputs(t).only(t), want)
+			if st := c.Stats(); st.Trajectories != 1 || st.Failures != 0 || st.InFlight != 0 {
+				t.Errorf("stats %+v, want one trajectory and nothing in flight", st)
+			}
+		})
+	}
+}

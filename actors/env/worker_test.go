@@ -2,6 +2,7 @@ package env
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -20,11 +21,17 @@ import (
 // fixture is an embedded server, the stand-in model over HTTP, an LLM
 // worker and the env worker under test.
 type fixture struct {
-	js   jetstream.JetStream
-	subj messages.Subjects
+	js     jetstream.JetStream
+	subj   messages.Subjects
+	worker *Worker
 }
 
 func newFixture(t *testing.T, model toyllm.Options) *fixture {
+	t.Helper()
+	return newFixtureWith(t, model, Options{Concurrency: 8})
+}
+
+func newFixtureWith(t *testing.T, model toyllm.Options, opts Options) *fixture {
 	t.Helper()
 	s := bustest.RunServer(t)
 	srv := httptest.NewServer(toyllm.New(model).Handler())
@@ -43,7 +50,8 @@ func newFixture(t *testing.T, model toyllm.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ew := New(ejs.Conn(), ejs, Options{Concurrency: 8})
+	ew := New(ejs.Conn(), ejs, opts)
+	f.worker = ew
 	for _, run := range []func(context.Context) error{lw.Run, ew.Run} {
 		go func() {
 			defer func() { done <- struct{}{} }()
@@ -210,4 +218,76 @@ func TestContextLength(t *testing.T) {
 	if ev := evs[len(evs)-1]; ev.Error == "" || ev.Turn != 0 {
 		t.Fatalf("want a failed first turn, got %+v", ev)
 	}
+}
+
+// TestSlowTurnsAreNotRedelivered: turns far longer than AckWait, and more
+// episodes than slots, still give exactly one run per episode. The worker
+// keeps every running episode alive and never pulls ahead of a free slot,
+// where an episode would wait unacknowledged and be delivered again.
+func TestSlowTurnsAreNotRedelivered(t *testing.T) {
+	const episodes = 6
+	// About 1 s per generation against an AckWait of 300 ms.
+	f := newFixtureWith(t, toyllm.Options{TokenLatency: 40 * time.Millisecond},
+		Options{Concurrency: 2, AckWait: 300 * time.Millisecond})
+	var ids []string
+	for i := range episodes {
+		req := episodeRequest(fmt.Sprint("slow-", i), func(r *messages.EpisodeRequest) { r.MaxTurns = 1 })
+		data, err := messages.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.Publish(context.Background(), f.js, f.subj.Episodes(req.Env), data, ""); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, req.EpisodeID)
+	}
+	bustest.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
+		if st := f.worker.Stats(); st.Finished+st.Failed < episodes {
+			return fmt.Errorf("%d of %d episodes done", st.Finished+st.Failed, episodes)
+		}
+		return nil
+	})
+	if st := f.worker.Stats(); st.Started != episodes || st.Failed != 0 {
+		t.Fatalf("want %d episodes started once each and none failed, got %+v", episodes, st)
+	}
+	for _, id := range ids {
+		for _, ev := range f.steps(t, id) {
+			if ev.Attempt != 1 {
+				t.Fatalf("%s turn %d ran as attempt %d", id, ev.Turn, ev.Attempt)
+			}
+		}
+	}
+}
+
+// steps returns every stored step event of an episode.
+func (f *fixture) steps(t *testing.T, id string) []*messages.StepEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := f.js.OrderedConsumer(ctx, f.subj.StreamSteps(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{f.subj.Steps(id)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*messages.StepEvent
+	for range info.NumPending {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := messages.Decode[messages.StepEvent](m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) == 0 {
+		t.Fatalf("%s: no steps stored", id)
+	}
+	return evs
 }
