@@ -36,6 +36,9 @@ type Options struct {
 	Subjects messages.Subjects
 	// Durable is the consumer name on the steps stream (default "collector").
 	Durable string
+	// PinnedTTL is how long a standby collector waits, after the active one
+	// stopped pulling, before it takes over (default 10s).
+	PinnedTTL time.Duration
 	// Filter enables dynamic filtering of groups; nil keeps every complete group.
 	Filter *ScoreRange
 	// Logger defaults to slog.Default().
@@ -48,6 +51,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Durable == "" {
 		o.Durable = "collector"
+	}
+	if o.PinnedTTL <= 0 {
+		o.PinnedTTL = 10 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -123,8 +129,18 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 		AckWait:       time.Minute,
 		MaxAckPending: 8192,
 		FilterSubject: opts.Subjects.StepsAll(),
+		// An episode's steps must all reach one collector. Pinning makes any
+		// further collector on the same durable a standby that takes over
+		// when the active one stops pulling, instead of a second consumer
+		// that would split episodes between the two.
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{pinGroup},
+		PinnedTTL:      opts.PinnedTTL,
 	}
 }
+
+// pinGroup is the priority group collectors pull in.
+const pinGroup = "collector"
 
 // Run consumes step events until ctx is cancelled. Outcomes being recorded
 // then are still published before Run returns.
@@ -145,7 +161,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	work := context.WithoutCancel(ctx)
 	// Consume delivers serially on one goroutine: the episode maps need no lock.
 	cc, err := cons.Consume(func(m jetstream.Msg) { c.handle(work, m) },
-		jetstream.PullMaxMessages(1024),
+		jetstream.PullMaxMessages(1024), jetstream.PullPriorityGroup(pinGroup),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				c.log.Warn("consume", "err", err)

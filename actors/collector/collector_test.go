@@ -671,3 +671,46 @@ func TestLatestAttemptWins(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoCollectorsOneDurable: a second collector on the same durable is a
+// standby, so no episode's steps are split between two processes, and it
+// takes over when the first stops.
+func TestTwoCollectorsOneDurable(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	first := f.start(t, Options{})
+	second := f.start(t, Options{})
+	const episodes = 30
+	publishAll := func(prefix string) {
+		for i := range episodes {
+			steps, _ := threeTurns()
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			for _, ev := range steps {
+				ev.EpisodeID = id
+			}
+			req := *steps[0].Episode
+			req.EpisodeID, req.GroupID = id, id
+			steps[0].Episode = &req
+			f.publish(t, steps...)
+		}
+	}
+	publishAll("a")
+	f.settled(t, "collector")
+	st1, st2 := first.Stats(), second.Stats()
+	if st1.Trajectories+st2.Trajectories != episodes || st1.InFlight+st2.InFlight != 0 {
+		t.Fatalf("want %d trajectories and nothing stuck, got %+v and %+v", episodes, st1, st2)
+	}
+	if st1.Trajectories != 0 && st2.Trajectories != 0 {
+		t.Fatalf("both collectors assembled episodes: %d and %d", st1.Trajectories, st2.Trajectories)
+	}
+	// The active one stops; the standby carries on.
+	active, standby := first, second
+	if st1.Trajectories == 0 {
+		active, standby = second, first
+	}
+	active.stop()
+	publishAll("b")
+	f.settled(t, "collector")
+	if got := standby.Stats().Trajectories; got != episodes {
+		t.Fatalf("standby assembled %d of %d episodes after the active collector stopped", got, episodes)
+	}
+}

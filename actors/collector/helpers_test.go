@@ -49,6 +49,10 @@ type running struct {
 func (f *fixture) start(t *testing.T, opts Options) *running {
 	t.Helper()
 	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if opts.PinnedTTL == 0 {
+		// Restart tests wait this long for the stopped collector's pin to lapse.
+		opts.PinnedTTL = time.Second
+	}
 	c := New(bustest.JetStream(t, f.srv, "collector"), opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
