@@ -103,16 +103,7 @@ func score(key, url string) uint64 {
 // untried endpoint is marked down, the least-loaded of those, because a
 // health mark can be stale and failing without trying is worse.
 func (r *router) pick(ctx context.Context, key string, tried map[*endpoint]bool) (*endpoint, error) {
-	var sticky *endpoint
-	var best uint64
-	for _, e := range r.eps {
-		if tried[e] {
-			continue
-		}
-		if s := score(key, e.url); sticky == nil || s > best {
-			sticky, best = e, s
-		}
-	}
+	sticky := r.sticky(key, tried)
 	if sticky == nil {
 		return nil, errNoEndpoint
 	}
@@ -130,6 +121,24 @@ func (r *router) pick(ctx context.Context, key string, tried map[*endpoint]bool)
 		return nil, err
 	}
 	return least, nil
+}
+
+// preferred is the episode's sticky endpoint.
+func (r *router) preferred(key string) *endpoint { return r.sticky(key, nil) }
+
+// sticky is the untried endpoint with the highest rendezvous score for key.
+func (r *router) sticky(key string, tried map[*endpoint]bool) *endpoint {
+	var best *endpoint
+	var bestScore uint64
+	for _, e := range r.eps {
+		if tried[e] {
+			continue
+		}
+		if s := score(key, e.url); best == nil || s > bestScore {
+			best, bestScore = e, s
+		}
+	}
+	return best
 }
 
 func (r *router) leastLoaded(tried map[*endpoint]bool, healthyOnly bool) *endpoint {

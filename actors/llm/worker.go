@@ -117,6 +117,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// reply could be sent anyway.
 	inbox, quit := make(chan *nats.Msg), make(chan struct{})
 	enqueue := func(m *nats.Msg) {
+		if m.Subject == w.opts.Subjects.Tokenize() && w.answerFromCache(m) {
+			return
+		}
 		select {
 		case inbox <- m:
 		case <-quit:
@@ -280,6 +283,30 @@ func (w *Worker) serveTokenize(ctx context.Context, data []byte) *messages.Token
 		return &messages.TokenizeReply{V: messages.Version, Error: err.Error(), Code: errorCode(err)}
 	}
 	return &messages.TokenizeReply{V: messages.Version, Tokens: ids}
+}
+
+// answerFromCache answers a tokenize request whose text the episode's sticky
+// endpoint has tokenized before, right in the subscription callback: a
+// feedback tokenization then never waits behind generations for a worker
+// of the pool. It reports whether it answered.
+func (w *Worker) answerFromCache(m *nats.Msg) bool {
+	req, err := messages.Decode[messages.TokenizeRequest](m.Data)
+	if err != nil || len(req.Messages) > 0 || m.Reply == "" {
+		return false
+	}
+	e := w.router.preferred(req.EpisodeID)
+	if e == nil || !e.healthy.Load() {
+		return false
+	}
+	ids, ok := e.tokens.get(tokenKey{text: req.Text, special: req.AddSpecialTokens})
+	if !ok {
+		return false
+	}
+	w.tokenize.Add(1)
+	if err := m.Respond(w.marshal(&messages.TokenizeReply{V: messages.Version, Tokens: ids})); err != nil {
+		w.log.Warn("respond failed", "subject", m.Subject, "err", err)
+	}
+	return true
 }
 
 // withEndpoint runs call on a chosen endpoint, retrying infrastructure

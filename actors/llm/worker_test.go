@@ -682,3 +682,37 @@ func TestTokenCacheEviction(t *testing.T) {
 		t.Fatalf("cache holds %d entries, bound is %d", n, tokenCacheEntries)
 	}
 }
+
+// TestCachedTokenizeSkipsBusyPool: with every worker of the pool waiting on
+// a generation, a tokenization the endpoint has served before is answered
+// at once instead of queueing behind the generations.
+func TestCachedTokenizeSkipsBusyPool(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, func(m *model) { m.hold = make(chan struct{}) })
+	f.start(t, Options{MaxInFlight: 1}, m)
+	req := &messages.TokenizeRequest{V: messages.Version, EpisodeID: "ep", Text: "At turn 1, you guessed 3."}
+	want := f.tokenize(t, req).Tokens
+
+	data, err := messages.Marshal(generateRequest("busy", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := make(chan error, 1)
+	go func() {
+		_, err := f.nc.Request(f.subj.Generate(), data, waitTimeout)
+		busy <- err
+	}()
+	<-m.entered // the pool's only worker now waits on the model
+
+	got := f.tokenize(t, req)
+	if got.Error != "" || !slices.Equal(got.Tokens, want) {
+		t.Fatalf("cached tokenize while the pool is busy: %+v", got)
+	}
+	if n := m.tokenizes.Load(); n != 1 {
+		t.Fatalf("the server tokenized %d times, want 1", n)
+	}
+	close(m.hold)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+}
