@@ -92,6 +92,9 @@ type GenerateRequest struct {
 	Prompt    Tokens         `msgpack:"pt"`
 	Sampling  SamplingParams `msgpack:"sp"`
 	MaxTokens int32          `msgpack:"m"` // this turn's budget, > 0
+	// Deadline (unix nanoseconds; 0 = none) is when the requester stops
+	// waiting: work still queued then is dropped, and model calls end by it.
+	Deadline int64 `msgpack:"dl,omitempty"`
 }
 
 // GenerateReply answers a GenerateRequest: the sampled token ids exactly as the engine returned
@@ -126,6 +129,8 @@ type TokenizeRequest struct {
 	Messages            []ChatMessage `msgpack:"ms,omitempty"`
 	AddGenerationPrompt bool          `msgpack:"ag,omitempty"`
 	AddSpecialTokens    bool          `msgpack:"as,omitempty"`
+	// Deadline is as in GenerateRequest.
+	Deadline int64 `msgpack:"dl,omitempty"`
 }
 
 // TokenizeReply answers a TokenizeRequest.

@@ -299,10 +299,6 @@ func request[T any, P interface {
 	*T
 	Validate() error
 }](ctx context.Context, w *Worker, subject string, msg any, code func(*T) string) (*T, error) {
-	data, err := messages.Marshal(msg)
-	if err != nil {
-		return nil, fmt.Errorf("%w: encode %s request: %v", errEpisode, subject, err)
-	}
 	var last error
 	for attempt := range w.opts.RequestAttempts {
 		if attempt > 0 {
@@ -314,7 +310,20 @@ func request[T any, P interface {
 				return nil, ctx.Err()
 			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, w.opts.RequestTimeout)
+		// The deadline travels with the request, so an LLM worker drops what
+		// this attempt stopped waiting for instead of generating it twice.
+		deadline := time.Now().Add(w.opts.RequestTimeout)
+		switch r := msg.(type) {
+		case *messages.GenerateRequest:
+			r.Deadline = deadline.UnixNano()
+		case *messages.TokenizeRequest:
+			r.Deadline = deadline.UnixNano()
+		}
+		data, err := messages.Marshal(msg)
+		if err != nil {
+			return nil, fmt.Errorf("%w: encode %s request: %v", errEpisode, subject, err)
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		m, err := w.nc.RequestWithContext(rctx, subject, data)
 		cancel()
 		if err != nil {

@@ -21,6 +21,18 @@ import (
 
 var errNoEndpoint = errors.New("llm: no model endpoint left to try")
 
+// errExpired answers a request whose requester had stopped waiting before
+// its turn came; the requester retries with a fresh deadline.
+var errExpired = errors.New("llm: request deadline passed before it was served")
+
+// withDeadline bounds ctx by a request's deadline (unix nanoseconds, 0 = none).
+func withDeadline(ctx context.Context, deadline int64) (context.Context, context.CancelFunc) {
+	if deadline == 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, time.Unix(0, deadline))
+}
+
 // Options configures a Worker. Zero values take the defaults noted.
 type Options struct {
 	// Endpoints are model server base URLs (vLLM or the stand-in). Required.
@@ -65,6 +77,8 @@ func (o *Options) setDefaults() {
 // Stats are a worker's counters.
 type Stats struct {
 	Generate, Tokenize, Retries, Errors, Malformed uint64
+	// Expired counts requests dropped because their deadline had passed.
+	Expired uint64
 }
 
 // Worker is one LLM worker. Create it with New and run it with Run.
@@ -74,7 +88,7 @@ type Worker struct {
 	log    *slog.Logger
 	router router
 
-	generate, tokenize, retries, errs, malformed atomic.Uint64
+	generate, tokenize, retries, errs, malformed, expired atomic.Uint64
 }
 
 // New builds a worker for the given endpoints.
@@ -100,7 +114,7 @@ func New(nc *nats.Conn, opts Options) (*Worker, error) {
 func (w *Worker) Stats() Stats {
 	return Stats{
 		Generate: w.generate.Load(), Tokenize: w.tokenize.Load(), Retries: w.retries.Load(),
-		Errors: w.errs.Load(), Malformed: w.malformed.Load(),
+		Errors: w.errs.Load(), Malformed: w.malformed.Load(), Expired: w.expired.Load(),
 	}
 }
 
@@ -225,6 +239,12 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 		w.errs.Add(1)
 		return &messages.GenerateReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
 	}
+	ctx, cancel := withDeadline(ctx, req.Deadline)
+	defer cancel()
+	if ctx.Err() != nil {
+		w.expired.Add(1)
+		return &messages.GenerateReply{V: messages.Version, Error: errExpired.Error(), Code: messages.CodeUnavailable}
+	}
 	creq := vllm.CompletionRequest{
 		Prompt:      req.Prompt,
 		MaxTokens:   int(req.MaxTokens),
@@ -264,6 +284,12 @@ func (w *Worker) serveTokenize(ctx context.Context, data []byte) *messages.Token
 		w.malformed.Add(1)
 		w.errs.Add(1)
 		return &messages.TokenizeReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
+	}
+	ctx, cancel := withDeadline(ctx, req.Deadline)
+	defer cancel()
+	if ctx.Err() != nil {
+		w.expired.Add(1)
+		return &messages.TokenizeReply{V: messages.Version, Error: errExpired.Error(), Code: messages.CodeUnavailable}
 	}
 	treq := vllm.TokenizeRequest{
 		Prompt:              req.Text,

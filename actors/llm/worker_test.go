@@ -716,3 +716,27 @@ func TestCachedTokenizeSkipsBusyPool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExpiredRequestIsDropped: work whose requester has stopped waiting is
+// not sent to the model, so a retried request is not generated twice.
+func TestExpiredRequestIsDropped(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, nil)
+	r := f.start(t, Options{}, m)
+	req := generateRequest("late", 1)
+	req.Deadline = time.Now().Add(-time.Second).UnixNano()
+	rep := f.generate(t, req)
+	if rep.Code != messages.CodeUnavailable || rep.Error == "" {
+		t.Fatalf("want an unavailable reply for an expired request, got %+v", rep)
+	}
+	if n := len(m.completions()); n != 0 {
+		t.Fatalf("an expired request reached the model %d times", n)
+	}
+	if st := r.Stats(); st.Expired != 1 {
+		t.Fatalf("stats %+v, want one expired request", st)
+	}
+	req.Deadline = time.Now().Add(time.Minute).UnixNano()
+	if rep := f.generate(t, req); rep.Error != "" {
+		t.Fatalf("a request inside its deadline must be served: %+v", rep)
+	}
+}
