@@ -164,3 +164,22 @@ func (c *Client) call(ctx context.Context, url string, body []byte, v any) error
 	}
 	return nil
 }
+
+// MaxModelLen returns the served model's context window from /v1/models, or
+// 0 when the server does not report one.
+func (c *Client) MaxModelLen(ctx context.Context) (int, error) {
+	name, err := c.modelName(ctx)
+	if err != nil {
+		return 0, err
+	}
+	models, err := c.Models(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range models {
+		if m.ID == name {
+			return m.MaxModelLen, nil
+		}
+	}
+	return 0, nil
+}

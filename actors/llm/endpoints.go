@@ -28,6 +28,33 @@ type endpoint struct {
 	eotKnown atomic.Int32 // eotID+1 once learned, read without the lock; 0 before
 
 	tokens tokenCache
+
+	// window is the model's context length plus one once learned; 0 before.
+	window atomic.Int64
+}
+
+// capMaxTokens fits a turn's max_tokens into the model's context window: a
+// budget larger than what is left of the window would be refused outright,
+// though a shorter generation fits. A prompt that fills the window is a
+// context-length error, as the server would report it.
+func (e *endpoint) capMaxTokens(ctx context.Context, promptLen, maxTokens int) (int, error) {
+	w := e.window.Load()
+	if w == 0 {
+		n, err := e.client.MaxModelLen(ctx)
+		if err != nil {
+			return maxTokens, nil // unknown this time: let the server judge
+		}
+		w = int64(n) + 1
+		e.window.Store(w)
+	}
+	if w == 1 {
+		return maxTokens, nil // the server reports no window
+	}
+	room := int(w-1) - promptLen
+	if room <= 0 {
+		return 0, fmt.Errorf("%w: prompt of %d tokens fills the model's %d-token window", vllm.ErrContextLength, promptLen, w-1)
+	}
+	return min(maxTokens, room), nil
 }
 
 // endsTurn reports whether ids end with the model's end-of-turn token. The

@@ -257,8 +257,12 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 	var out vllm.Completion
 	var eot bool
 	ep, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
+		call := creq
 		var err error
-		if out, err = e.client.Complete(ctx, creq); err != nil {
+		if call.MaxTokens, err = e.capMaxTokens(ctx, len(call.Prompt), call.MaxTokens); err != nil {
+			return err
+		}
+		if out, err = e.client.Complete(ctx, call); err != nil {
 			return err
 		}
 		eot, err = e.endsTurn(ctx, out.TokenIDs)

@@ -422,10 +422,13 @@ func TestRequestErrorsAreNotRetried(t *testing.T) {
 		opts   Options
 		prompt []int32
 		code   string
+		calls  int // completions the sticky server sees
 	}{
-		{"context length", Options{}, gamePrompt(), messages.CodeContextLength},
-		{"token out of vocabulary", Options{}, []int32{1, 2, toyllm.VocabSize}, messages.CodeInvalid},
-		{"unknown model", Options{Model: "no-such-model"}, []int32{1, 2, 3}, messages.CodeInvalid},
+		// The worker knows the model's window from /v1/models, so a prompt
+		// that fills it is answered without a call.
+		{"context length", Options{}, gamePrompt(), messages.CodeContextLength, 0},
+		{"token out of vocabulary", Options{}, []int32{1, 2, toyllm.VocabSize}, messages.CodeInvalid, 1},
+		{"unknown model", Options{Model: "no-such-model"}, []int32{1, 2, 3}, messages.CodeInvalid, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -441,8 +444,8 @@ func TestRequestErrorsAreNotRetried(t *testing.T) {
 			if rep.Code != tc.code || rep.Error == "" || rep.Endpoint != models[1].url {
 				t.Errorf("reply %+v, want code %q from the sticky server", rep, tc.code)
 			}
-			if n0, n1 := len(models[0].completions()), len(models[1].completions()); n0 != 0 || n1 != 1 {
-				t.Errorf("servers got %d and %d completions, want only the sticky one asked once", n0, n1)
+			if n0, n1 := len(models[0].completions()), len(models[1].completions()); n0 != 0 || n1 != tc.calls {
+				t.Errorf("servers got %d and %d completions, want %d, from the sticky one only", n0, n1, tc.calls)
 			}
 			if st := w.Stats(); st.Retries != 0 || st.Errors != 1 {
 				t.Errorf("stats %+v, want one error and no retry", st)
@@ -738,5 +741,23 @@ func TestExpiredRequestIsDropped(t *testing.T) {
 	req.Deadline = time.Now().Add(time.Minute).UnixNano()
 	if rep := f.generate(t, req); rep.Error != "" {
 		t.Fatalf("a request inside its deadline must be served: %+v", rep)
+	}
+}
+
+// TestMaxTokensFitsTheWindow: a per-turn budget larger than what is left of
+// the model's context window is cut to fit, instead of being refused.
+func TestMaxTokensFitsTheWindow(t *testing.T) {
+	f := newFixture(t)
+	prompt := gamePrompt()
+	m := newModel(t, toyllm.Options{MaxModelLen: len(prompt) + 8}, nil)
+	f.start(t, Options{}, m)
+	req := generateRequest("window", 1)
+	req.Prompt, req.MaxTokens = prompt, 64
+	rep := f.generate(t, req)
+	if rep.Error != "" {
+		t.Fatalf("want a generation cut to the window, got %+v", rep)
+	}
+	if len(rep.Tokens) > 8 || (len(rep.Tokens) == 8 && rep.FinishReason != "length") {
+		t.Fatalf("generated %d tokens (%s) with 8 left in the window", len(rep.Tokens), rep.FinishReason)
 	}
 }
