@@ -49,7 +49,8 @@ type Options struct {
 	Concurrency int
 	// MaxLength is the whole-trajectory token budget (default 4096).
 	MaxLength int
-	// MaxTokens is the per-turn generation cap (default 256; 0 keeps it).
+	// MaxTokens caps each turn's generation; 0 leaves each turn the whole
+	// remaining budget, as OpenRLHF does without a cap.
 	MaxTokens int
 	// Temperature (default 1) and TopP (default 1) are sampling parameters.
 	Temperature, TopP float64
@@ -92,9 +93,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxLength <= 0 {
 		o.MaxLength = 4096
-	}
-	if o.MaxTokens == 0 {
-		o.MaxTokens = 256
 	}
 	if o.Temperature == 0 {
 		o.Temperature = 1

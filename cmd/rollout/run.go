@@ -22,7 +22,7 @@ type runCmd struct {
 	NSamples          int           `default:"1" help:"Samples per prompt (group size)."`
 	Concurrency       int           `default:"256" help:"Most episodes in flight."`
 	MaxLength         int           `default:"4096" help:"Whole-trajectory token budget."`
-	MaxTokens         int           `default:"256" help:"Per-turn generation cap."`
+	MaxTokens         int           `default:"256" help:"Per-turn generation cap (0 = the whole remaining budget)."`
 	Temperature       float64       `default:"1" help:"Sampling temperature."`
 	TopP              float64       `default:"1" help:"Nucleus sampling."`
 	Seed              *uint64       `help:"Seed for a reproducible run (random if unset)."`
