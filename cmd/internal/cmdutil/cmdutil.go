@@ -53,6 +53,9 @@ func SignalContext() (context.Context, context.CancelFunc) {
 // Connect connects a fleet process, makes sure the streams exist and
 // returns the connection, its JetStream context and the subjects.
 func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, messages.Subjects, error) {
+	if err := messages.ValidatePrefix(f.Prefix); err != nil {
+		return nil, nil, messages.Subjects{}, fmt.Errorf("--prefix: %w", err)
+	}
 	subj := messages.NewSubjects(f.Prefix)
 	nc, err := bus.Connect(f.NATS, name, log)
 	if err != nil {
