@@ -36,14 +36,16 @@ type Spec struct {
 	new func(opts map[string]json.RawMessage) (Env, error)
 }
 
-// registry is the one table of registered ids; a new game family adds its
-// rows here.
-var registry = indexSpecs(
-	guessTheNumberSpec("game:GuessTheNumber-v0", 1, 20, 10), // dropped by GEM later; OpenRLHF's example still uses it
-	guessTheNumberSpec("game:GuessTheNumber-v0-easy", 1, 10, 4),
-	guessTheNumberSpec("game:GuessTheNumber-v0-hard", 1, 50, 7),
-	guessTheNumberRandomSpec("game:GuessTheNumber-v0-random"),
-)
+// registry is the one table of registered ids: each game family lists its
+// ids in one place, and a new family adds its list here.
+var registry = indexSpecs(slices.Concat(
+	[]Spec{
+		guessTheNumberSpec("game:GuessTheNumber-v0", 1, 20, 10), // dropped by GEM later; OpenRLHF's example still uses it
+		guessTheNumberSpec("game:GuessTheNumber-v0-easy", 1, 10, 4),
+		guessTheNumberSpec("game:GuessTheNumber-v0-hard", 1, 50, 7),
+		guessTheNumberRandomSpec("game:GuessTheNumber-v0-random"),
+	},
+)...)
 
 // indexSpecs keys the table by id, refusing duplicates so a bad row fails at start-up.
 func indexSpecs(specs ...Spec) map[string]Spec {
