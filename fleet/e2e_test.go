@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -234,5 +235,37 @@ func TestDynamicFiltering(t *testing.T) {
 	}
 	if want := float64(kept) / 64; sum.PassRate() != want {
 		t.Fatalf("pass rate %v, want %v", sum.PassRate(), want)
+	}
+}
+
+// TestMixedEnvs: --env with several ids and patterns spreads the prompts
+// over them in turn, and the summary breaks the run down per env.
+func TestMixedEnvs(t *testing.T) {
+	var out bytes.Buffer
+	sum, err := Run(context.Background(), Options{
+		Env: "game:GuessTheNumber-v0-easy, game:GuessTheNumber-v0-h*", Episodes: 40, NSamples: 2,
+		Out: &out, DataDir: filepath.Join(t.TempDir(), "nats"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, tr := range readTrajectories(t, out.Bytes()) {
+		counts[tr.Env]++
+	}
+	want := map[string]int{"game:GuessTheNumber-v0-easy": 20, "game:GuessTheNumber-v0-hard": 20}
+	if !maps.Equal(counts, want) {
+		t.Fatalf("trajectories per env %v, want %v", counts, want)
+	}
+	for id, n := range want {
+		if e := sum.PerEnv[id]; e == nil || e.Trajectories != n {
+			t.Fatalf("summary for %s: %+v, want %d trajectories", id, e, n)
+		}
+	}
+	if !strings.Contains(sum.Table(), "game:GuessTheNumber-v0-hard") {
+		t.Fatalf("table lacks an env:\n%s", sum.Table())
+	}
+	if _, err := Run(context.Background(), Options{Env: "game:Nope*", Episodes: 1, DataDir: filepath.Join(t.TempDir(), "x")}); err == nil || !strings.Contains(err.Error(), "known ids") {
+		t.Fatalf("an env pattern matching nothing must fail clearly, got %v", err)
 	}
 }

@@ -32,7 +32,8 @@ import (
 
 // Options describes one rollout job. Zero values take the defaults noted.
 type Options struct {
-	// Env is the env id used when no dataset row names one.
+	// Env is the env id, or a comma-separated list of ids and patterns such
+	// as "game:*", used in turn by prompts whose dataset row names none.
 	Env string
 	// Episodes is the number of episodes (n samples per prompt count
 	// separately). With a dataset, 0 means every row once.
@@ -340,15 +341,24 @@ func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
 		return nil, errors.New("fleet: nothing to run: give --episodes or --dataset")
 	}
 	runID := strconv.FormatUint(mix(*opts.Seed, -1)^uint64(time.Now().UnixNano()), 36)
+	// --env may list several ids or patterns: prompts without an env of
+	// their own take them in turn.
+	var envIDs []string
+	if opts.Env != "" {
+		var err error
+		if envIDs, err = envs.Match(opts.Env); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+	}
 	now := time.Now().UnixNano()
 	reqs := make([]*messages.EpisodeRequest, 0, groups*n)
 	for g := range groups {
-		row := DatasetRow{Env: opts.Env}
+		var row DatasetRow
 		if len(rows) > 0 {
 			row = rows[g%len(rows)]
-			if row.Env == "" {
-				row.Env = opts.Env
-			}
+		}
+		if row.Env == "" && len(envIDs) > 0 {
+			row.Env = envIDs[g%len(envIDs)]
 		}
 		if row.Env == "" {
 			return nil, fmt.Errorf("fleet: dataset row %d names no env and no --env is given", g%max(len(rows), 1)+1)

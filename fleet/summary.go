@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,11 +37,57 @@ type Summary struct {
 	// Duplicates counts second outcomes for an episode of this run (never
 	// expected: every episode ends as exactly one trajectory or failure).
 	Duplicates int
+	// PerEnv breaks the outcomes down by env id.
+	PerEnv map[string]*EnvSummary
 	// FailureReasons counts failures by reason.
 	FailureReasons map[string]int
 	// Groups after dynamic filtering (only when the collector ran here).
 	FilterOn                                     bool
 	GroupsKept, GroupsFiltered, GroupsIncomplete int
+}
+
+// EnvSummary is one env's share of a run.
+type EnvSummary struct {
+	Trajectories, Failures, Successes, Turns int
+	RewardSum                                float64
+}
+
+// SuccessRate is the share of the env's trajectories that solved the game.
+func (e *EnvSummary) SuccessRate() float64 { return ratio(float64(e.Successes), e.Trajectories) }
+
+// MeanReward is the env's mean trajectory reward.
+func (e *EnvSummary) MeanReward() float64 { return ratio(e.RewardSum, e.Trajectories) }
+
+// MeanTurns is the env's mean number of model turns per trajectory.
+func (e *EnvSummary) MeanTurns() float64 { return ratio(float64(e.Turns), e.Trajectories) }
+
+func (s *Summary) env(id string) *EnvSummary {
+	if s.PerEnv == nil {
+		s.PerEnv = map[string]*EnvSummary{}
+	}
+	e := s.PerEnv[id]
+	if e == nil {
+		e = &EnvSummary{}
+		s.PerEnv[id] = e
+	}
+	return e
+}
+
+// Table renders the per-env breakdown, one env per line.
+func (s Summary) Table() string {
+	ids := slices.Sorted(maps.Keys(s.PerEnv))
+	var b strings.Builder
+	w := 3
+	for _, id := range ids {
+		w = max(w, len(id))
+	}
+	fmt.Fprintf(&b, "%-*s %8s %8s %8s %11s %10s\n", w, "env", "episodes", "failures", "success", "mean_reward", "mean_turns")
+	for _, id := range ids {
+		e := s.PerEnv[id]
+		fmt.Fprintf(&b, "%-*s %8d %8d %8.3f %11.4f %10.2f\n", w, id, e.Trajectories+e.Failures, e.Failures,
+			e.SuccessRate(), e.MeanReward(), e.MeanTurns())
+	}
+	return b.String()
 }
 
 // SuccessRate is the share of trajectories that solved their game.
@@ -196,6 +243,10 @@ func (s *Summary) addTrajectory(data []byte, ours, pending map[string]bool, out 
 	s.Trajectories++
 	s.Turns += int(t.Turns)
 	s.RewardSum += t.Reward
+	e := s.env(t.Env)
+	e.Trajectories++
+	e.Turns += int(t.Turns)
+	e.RewardSum += t.Reward
 	s.Tokens += len(t.ObservationTokens)
 	for _, r := range t.ActionRanges {
 		s.ActionTokens += int(r.End - r.Start)
@@ -205,6 +256,7 @@ func (s *Summary) addTrajectory(data []byte, ours, pending map[string]bool, out 
 	}
 	if n := len(t.StepRewards); n > 0 && t.StepRewards[n-1] == SuccessReward {
 		s.Successes++
+		e.Successes++
 	}
 	return nil
 }
@@ -220,6 +272,9 @@ func (s *Summary) addFailure(data []byte, ours, pending map[string]bool, out io.
 	}
 	s.Failures++
 	s.FailureReasons[f.Reason]++
+	if f.Env != "" {
+		s.env(f.Env).Failures++
+	}
 	if out == nil {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 type cli struct {
 	Run    runCmd    `cmd:"" help:"Run episodes end to end and write trajectories as JSONL."`
 	Env    envCmd    `cmd:"" help:"Play one environment over JSON lines (stdin: one JSON string action per line)."`
+	Envs   envsCmd   `cmd:"" help:"List every registered env: id, family, parameters, max turns."`
 	Toyllm toyllmCmd `cmd:"" help:"Serve the built-in stand-in model (vLLM's HTTP API) alone."`
 	Server serverCmd `cmd:"" help:"Serve a standalone NATS server with JetStream for a local fleet."`
 }

@@ -15,7 +15,7 @@ import (
 )
 
 type runCmd struct {
-	Env               string        `default:"game:GuessTheNumber-v0" help:"Env id (used when a dataset row names none)."`
+	Env               string        `default:"game:GuessTheNumber-v0" help:"Env id, or a comma-separated list of ids and patterns such as 'game:*' taken in turn (used when a dataset row names none)."`
 	Episodes          int           `help:"Number of episodes (a multiple of --n-samples). With --dataset, 0 runs every row once."`
 	Dataset           string        `type:"existingfile" help:"JSONL rows with prompt, label and optional env."`
 	ApplyChatTemplate bool          `help:"Wrap dataset prompts as the first user turn of the chat template."`
@@ -96,6 +96,9 @@ func (c *runCmd) Run() error {
 		}
 	}
 	sum, err := fleet.Run(ctx, opts)
+	if len(sum.PerEnv) > 1 {
+		fmt.Fprint(os.Stderr, sum.Table())
+	}
 	fmt.Fprintln(os.Stderr, sum.String())
 	if err != nil {
 		return err
