@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -134,7 +135,12 @@ func (e *episode) run(ctx context.Context) error {
 		s := h.Sum64()
 		req.EnvSeed = &s
 	}
-	obs, _ := env.Reset(envs.NewRNG(*req.EnvSeed))
+	obs, info := env.Reset(envs.NewRNG(*req.EnvSeed))
+	if e.spec.ChatSuffix == "" {
+		// A board game's instructions do not show the board: its suffix
+		// does, appended as GEM's observation wrappers do.
+		obs = withSuffix(obs, info)
+	}
 
 	if err := e.firstPrompt(ctx, obs); err != nil {
 		return err
@@ -152,6 +158,19 @@ func (e *episode) run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// withSuffix appends the info suffix to an observation the way GEM's concat
+// wrapper joins them: the observation ends with a newline, then the suffix.
+func withSuffix(obs string, info envs.Info) string {
+	suffix := info["suffix"]
+	if suffix == "" {
+		return obs
+	}
+	if !strings.HasSuffix(obs, "\n") {
+		obs += "\n"
+	}
+	return obs + suffix
 }
 
 // firstPrompt builds and tokenizes the first prompt, left-truncating it so
@@ -229,7 +248,11 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	t1 := time.Now()
 	res := e.env.Step(rep.Text)
 	done := res.Done()
-	feedback := chat.FeedbackClosed(rep.EndOfTurn, res.Observation, e.spec.ChatSuffix, done)
+	suffix := e.spec.ChatSuffix
+	if suffix == "" {
+		suffix = res.Info["suffix"] // the game's own call to action, with its board
+	}
+	feedback := chat.FeedbackClosed(rep.EndOfTurn, res.Observation, suffix, done)
 	ftoks, err := e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: feedback})
 	if err != nil {
 		return nil, err
