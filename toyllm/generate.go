@@ -115,8 +115,11 @@ func generate(st *genState, gp *genParams) {
 	planRNG.Seed(seed, planStream)
 	tokRNG.Seed(seed, tokenStream)
 
-	p := choosePlan(&game, &gp.sampling, &planRNG)
-	st.planText = appendPlanText(st.planText[:0], &game, p)
+	var board bool
+	if st.planText, board = appendBoardGamePlan(st.planText[:0], st.text, &planRNG); !board {
+		p := choosePlan(&game, &gp.sampling, &planRNG)
+		st.planText = appendPlanText(st.planText[:0], &game, p)
+	}
 	st.plan = st.plan[:0]
 	for _, b := range st.planText {
 		st.plan = append(st.plan, int32(b))
