@@ -154,8 +154,15 @@ func checkTrajectory(t *testing.T, tr *messages.Trajectory, rec *recorder) {
 	if tr.EnvSeed == nil {
 		t.Fatalf("%s: no env seed recorded", tr.EpisodeID)
 	}
-	instructions, _ := env.Reset(envs.NewRNG(*tr.EnvSeed))
-	wantPrompt := chat.Render([]chat.Message{{Role: "user", Content: instructions}}, true)
+	first, info := env.Reset(envs.NewRNG(*tr.EnvSeed))
+	if spec.ChatSuffix == "" && info["suffix"] != "" {
+		// A board game: GEM's wrappers show the board after the instructions.
+		if !strings.HasSuffix(first, "\n") {
+			first += "\n"
+		}
+		first += info["suffix"]
+	}
+	wantPrompt := chat.Render([]chat.Message{{Role: "user", Content: first}}, true)
 	if got := tok.Decode(obs[:tr.ActionRanges[0].Start]); got != wantPrompt {
 		t.Fatalf("%s: prompt span\n got %q\nwant %q", tr.EpisodeID, got, wantPrompt)
 	}
@@ -180,7 +187,11 @@ func checkTrajectory(t *testing.T, tr *messages.Trajectory, rec *recorder) {
 		if i+1 < len(tr.ActionRanges) {
 			end = tr.ActionRanges[i+1].Start
 		}
-		wantFeedback := chat.Feedback(action, res.Observation, spec.ChatSuffix, res.Done())
+		suffix := spec.ChatSuffix
+		if suffix == "" {
+			suffix = res.Info["suffix"]
+		}
+		wantFeedback := chat.Feedback(action, res.Observation, suffix, res.Done())
 		if got := tok.Decode(obs[r.End:end]); got != wantFeedback {
 			t.Fatalf("%s turn %d: feedback span\n got %q\nwant %q", tr.EpisodeID, i, got, wantFeedback)
 		}
@@ -268,4 +279,63 @@ func TestMixedEnvs(t *testing.T) {
 	if _, err := Run(context.Background(), Options{Env: "game:Nope*", Episodes: 1, DataDir: filepath.Join(t.TempDir(), "x")}); err == nil || !strings.Contains(err.Error(), "known ids") {
 		t.Fatalf("an env pattern matching nothing must fail clearly, got %v", err)
 	}
+}
+
+// TestEndToEndAllGames runs at least 50 episodes of every game family
+// through the fleet, spread over each family's ids, and checks every
+// trajectory against the contract, the stand-in's own output and a replay
+// of the game.
+func TestEndToEndAllGames(t *testing.T) {
+	const perFamily = 50
+	ids, err := envs.Match("game:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := map[string][]string{}
+	for _, id := range ids {
+		spec, err := envs.Lookup(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		families[spec.Family] = append(families[spec.Family], id)
+	}
+	var rows bytes.Buffer
+	for _, fam := range slices.Sorted(maps.Keys(families)) {
+		for i := range perFamily {
+			fmt.Fprintf(&rows, "{\"env\": %q}\n", families[fam][i%len(families[fam])])
+		}
+	}
+	dataset := filepath.Join(t.TempDir(), "games.jsonl")
+	if err := os.WriteFile(dataset, rows.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{gen: map[string][][]int32{}}
+	var out bytes.Buffer
+	seed := uint64(5)
+	sum, err := Run(context.Background(), Options{
+		Dataset: dataset, Seed: &seed, MaxLength: 4096, MaxTokens: 64, Out: &out,
+		DataDir: filepath.Join(t.TempDir(), "nats"), ToyLLM: toyllm.Options{Record: rec.record},
+	})
+	if err != nil {
+		t.Fatalf("run: %v (%s)", err, sum)
+	}
+	total := perFamily * len(families)
+	if sum.Trajectories != total || sum.Failures != 0 || sum.Duplicates != 0 {
+		t.Fatalf("want %d trajectories and no failures, got %s", total, sum)
+	}
+	rewards := map[string]map[float64]bool{}
+	for _, tr := range readTrajectories(t, out.Bytes()) {
+		checkTrajectory(t, tr, rec)
+		spec, _ := envs.Lookup(tr.Env)
+		if rewards[spec.Family] == nil {
+			rewards[spec.Family] = map[float64]bool{}
+		}
+		rewards[spec.Family][tr.Reward] = true
+	}
+	for fam := range families {
+		if len(rewards[fam]) < 2 {
+			t.Errorf("%s: every episode got the same reward %v; the stand-in should show a spread", fam, rewards[fam])
+		}
+	}
+	t.Logf("per env:\n%s", sum.Table())
 }
