@@ -45,6 +45,9 @@ var registry = indexSpecs(slices.Concat(
 		guessTheNumberSpec("game:GuessTheNumber-v0-hard", 1, 50, 7),
 		guessTheNumberRandomSpec("game:GuessTheNumber-v0-random"),
 	},
+	fifteenPuzzleSpecs(),
+	towerOfHanoiSpecs(),
+	game2048Specs(),
 )...)
 
 // indexSpecs keys the table by id, refusing duplicates so a bad row fails at start-up.
