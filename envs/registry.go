@@ -48,6 +48,9 @@ var registry = indexSpecs(slices.Concat(
 	fifteenPuzzleSpecs(),
 	towerOfHanoiSpecs(),
 	game2048Specs(),
+	minesweeperSpecs(),
+	sudokuSpecs(),
+	mastermindSpecs(),
 )...)
 
 // indexSpecs keys the table by id, refusing duplicates so a bad row fails at start-up.
