@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +30,12 @@ type Options struct {
 	// Durable is the shared consumer name all env workers pull from
 	// (default "envworker").
 	Durable string
+	// Envs limits the worker to these env ids; empty hosts every env.
+	// Workers hosting the same set share a consumer named after the set.
+	// The episodes stream is a work queue, which refuses consumers whose
+	// subjects overlap: the sets in use must be disjoint, and a worker
+	// hosting every env cannot run beside workers hosting a subset.
+	Envs []string
 	// RequestTimeout bounds one generate or tokenize request (default 180s).
 	RequestTimeout time.Duration
 	// RequestAttempts is how often a request that found no LLM worker, timed
@@ -110,7 +118,7 @@ func (w *Worker) Stats() Stats {
 // ConsumerConfig is the durable pull consumer the env workers share.
 func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 	opts.setDefaults()
-	return jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:    opts.Durable,
 		AckPolicy:  jetstream.AckExplicitPolicy,
 		AckWait:    opts.AckWait,
@@ -119,6 +127,21 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 		MaxAckPending: 1 << 16,
 		FilterSubject: opts.Subjects.EpisodesAll(),
 	}
+	if len(opts.Envs) > 0 {
+		// Workers hosting the same envs share one consumer; each set of envs
+		// has its own, named after it, and pulls only its envs' subjects.
+		ids := slices.Sorted(slices.Values(opts.Envs))
+		ids = slices.Compact(ids)
+		h := fnv.New32a()
+		for _, id := range ids {
+			h.Write([]byte(id))
+			h.Write([]byte{0})
+			cfg.FilterSubjects = append(cfg.FilterSubjects, opts.Subjects.Episodes(id))
+		}
+		cfg.FilterSubject = ""
+		cfg.Durable = fmt.Sprintf("%s-%08x", opts.Durable, h.Sum32())
+	}
+	return cfg
 }
 
 // Run pulls and runs episodes until ctx is cancelled, then waits for the

@@ -291,3 +291,39 @@ func (f *fixture) steps(t *testing.T, id string) []*messages.StepEvent {
 	}
 	return evs
 }
+
+// TestHostedEnvs: a worker hosting a subset of envs runs only their
+// episodes; the others stay queued for a worker that hosts them.
+func TestHostedEnvs(t *testing.T) {
+	const easy, hard = "game:GuessTheNumber-v0-easy", "game:GuessTheNumber-v0-hard"
+	a, b := ConsumerConfig(Options{Envs: []string{hard, easy}}), ConsumerConfig(Options{Envs: []string{easy, hard, easy}})
+	if a.Durable != b.Durable || len(a.FilterSubjects) != 2 {
+		t.Fatalf("the same set must give the same consumer: %+v vs %+v", a, b)
+	}
+	if c := ConsumerConfig(Options{Envs: []string{easy}}); c.Durable == a.Durable {
+		t.Fatalf("different sets share consumer %s", c.Durable)
+	}
+
+	f := newFixtureWith(t, toyllm.Options{}, Options{Concurrency: 4, Envs: []string{easy}})
+	// The unhosted episode is queued first: had the worker been able to
+	// take it, it would have before finishing the hosted one.
+	data, err := messages.Marshal(episodeRequest("not-hosted", nil)) // -hard
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(context.Background(), f.js, f.subj.Episodes(hard), data, ""); err != nil {
+		t.Fatal(err)
+	}
+	f.run(t, episodeRequest("hosted", func(r *messages.EpisodeRequest) { r.Env = easy }))
+	stream, err := f.js.Stream(context.Background(), f.subj.StreamEpisodes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(f.subj.Episodes(hard)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[f.subj.Episodes(hard)]; n != 1 || f.worker.Stats().Started != 1 {
+		t.Fatalf("want the hard episode queued and only the easy one started: %d queued, %+v", n, f.worker.Stats())
+	}
+}
