@@ -30,9 +30,6 @@ const (
 // redelivery).
 var errEpisode = errors.New("episode failed")
 
-// maxFailurePayload bounds the raw bytes kept with a malformed-message record.
-const maxFailurePayload = 1 << 10
-
 func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
@@ -43,7 +40,7 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 		f := &messages.Failure{
 			V: messages.Version, Kind: messages.FailureMalformed, Reason: err.Error(),
 			Subject: msg.Subject(), Time: time.Now().UnixNano(),
-			Payload: msg.Data()[:min(len(msg.Data()), maxFailurePayload)],
+			Payload: messages.FailurePayload(msg.Data()),
 		}
 		if err := w.publish(ctx, w.opts.Subjects.Failures(messages.FailureMalformed), f, ""); err != nil {
 			w.log.Error("record malformed request", "err", err)
