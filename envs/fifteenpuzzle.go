@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -28,8 +27,6 @@ const (
 	// without end; GEM has no limits. The registered sizes are 2 to 4.
 	fifteenMaxRows    = 100
 	fifteenMaxMCMoves = 1_000_000
-
-	fifteenTurnLimit = "You have reached the maximum number of turns."
 )
 
 // fifteenInstructions is GEM's instruction text; both verbs are the largest
@@ -84,15 +81,7 @@ func fifteenPuzzleSpecs() []Spec {
 // overrides apply to. ChatSuffix is empty because GEM's suffix is the
 // rendered board, which changes every turn.
 func fifteenSpec(id string, params map[string]any, maxTurns int) Spec {
-	return Spec{
-		ID:       id,
-		Family:   fifteenFamily,
-		Params:   params,
-		MaxTurns: maxTurns,
-		new: func(opts map[string]json.RawMessage) (Env, error) {
-			return newFifteenPuzzle(params, opts)
-		},
-	}
+	return gameSpec(id, fifteenFamily, "", params, maxTurns, newFifteenPuzzle)
 }
 
 // fifteenBoard is the board in row-major rows; 0 is the blank. Its JSON form
@@ -173,21 +162,9 @@ type fifteenPuzzle struct {
 // GEM, a null num_rows or max_turns makes the env draw both at every reset,
 // and unknown keys are ignored.
 func newFifteenPuzzle(registered map[string]any, opts map[string]json.RawMessage) (Env, error) {
-	p := maps.Clone(registered)
-	for _, key := range []string{"max_turns", "num_rows"} { // sorted: the same bad key is reported every time
-		raw, ok := opts[key]
-		if !ok {
-			continue
-		}
-		if isNull(raw) {
-			p[key] = nil
-			continue
-		}
-		var v int
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("%w: %s: want an integer or null, got %s", ErrBadOption, key, raw)
-		}
-		p[key] = v
+	p, err := overrideIntParams(registered, opts)
+	if err != nil {
+		return nil, err
 	}
 	s := fifteenState{InitAlgo: fifteenMonteCarlo, MCRandMoves: fifteenDefaultMCMoves}
 	if raw, ok := opts["init_algo"]; ok {
@@ -330,13 +307,7 @@ func (f *fifteenPuzzle) Step(action string) StepResult {
 	t := s.TurnCount
 	m, ok := fifteenParse(action)
 	if !ok {
-		return StepResult{
-			Observation: fmt.Sprintf("At turn %d, you did not provide a valid guess", t), // no period in GEM
-			Reward:      rewardFormatError,
-			Terminated:  true,
-			Truncated:   t == s.MaxTurns, // equality, unlike the turn-limit check below
-			Info:        f.info(),
-		}
+		return formatErrorResult(fmt.Sprintf("At turn %d, you did not provide a valid guess", t), t, s.MaxTurns, f.info()) // no period in GEM
 	}
 	dir := fifteenMoves[m].name
 	var obs string
@@ -354,13 +325,7 @@ func (f *fifteenPuzzle) Step(action string) StepResult {
 		obs = fmt.Sprintf("At turn %d, you made a valid move: %s.\n", t, dir) // GEM ends this line with a newline
 	}
 	if t >= s.MaxTurns {
-		return StepResult{
-			Observation: fifteenTurnLimit,
-			Reward:      rewardStep + s.softScore(), // both branches' step reward is 0.0
-			Terminated:  true,
-			Truncated:   true,
-			Info:        f.info(),
-		}
+		return turnLimitResult(turnLimitMessage, rewardStep+s.softScore(), f.info()) // both branches' step reward is 0.0
 	}
 	return StepResult{Observation: obs, Reward: rewardStep, Info: f.info()}
 }
@@ -368,11 +333,10 @@ func (f *fifteenPuzzle) Step(action string) StepResult {
 // fifteenParse returns the index in fifteenMoves of the last \boxed{dir} in
 // the action; ok is false when there is none.
 func fifteenParse(action string) (move int, ok bool) {
-	matches := fifteenAction.FindAllStringSubmatchIndex(action, -1)
-	if len(matches) == 0 {
+	last := lastSubmatchIndex(fifteenAction, action)
+	if last == nil {
 		return 0, false
 	}
-	last := matches[len(matches)-1]
 	name := action[last[2]:last[3]]
 	// The pattern only captures the four names, so the index is always found.
 	return slices.IndexFunc(fifteenMoves[:], func(mv fifteenMove) bool { return mv.name == name }), true
@@ -472,7 +436,7 @@ func (f *fifteenPuzzle) Snapshot() json.RawMessage {
 func (f *fifteenPuzzle) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return fmt.Errorf("restore %s state: %w", fifteenFamily, err)
+		return restoreError(fifteenFamily, err)
 	}
 	next := f.s // decoding a board replaces the rows wholesale, so the live ones are never written
 	fields := map[string]any{
@@ -484,17 +448,11 @@ func (f *fifteenPuzzle) Restore(state json.RawMessage) error {
 		"mc_rand_moves": &next.MCRandMoves,
 		"random":        &next.Random,
 	}
-	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		field, ok := fields[key]
-		if !ok {
-			return fmt.Errorf("restore %s state: %s: unknown key", fifteenFamily, key)
-		}
-		if err := decodeStrict(obj[key], field); err != nil {
-			return fmt.Errorf("restore %s state: %s: %w", fifteenFamily, key, err)
-		}
+	if err := restoreFields(fifteenFamily, obj, fields); err != nil {
+		return err
 	}
 	if err := next.validate(); err != nil {
-		return fmt.Errorf("restore %s state: %w", fifteenFamily, err)
+		return restoreError(fifteenFamily, err)
 	}
 	f.s = next
 	return nil
@@ -507,7 +465,7 @@ func (s *fifteenState) validateConfig() error {
 		// GEM's generator has no move to make on a 1×1 board.
 		return fmt.Errorf("num_rows: must be in [2, %d], got %d", fifteenMaxRows, s.NumRows)
 	case s.MaxTurns < 1:
-		return fmt.Errorf("max_turns: must be at least 1, got %d", s.MaxTurns)
+		return errMaxTurns(s.MaxTurns)
 	case s.InitAlgo != fifteenMonteCarlo && s.InitAlgo != fifteenPureRandom:
 		return fmt.Errorf("init_algo: %q is not %q or %q", s.InitAlgo, fifteenMonteCarlo, fifteenPureRandom)
 	case s.MCRandMoves < 0 || s.MCRandMoves > fifteenMaxMCMoves:
@@ -524,7 +482,7 @@ func (s *fifteenState) validate() error {
 		return err
 	}
 	if s.TurnCount < 0 {
-		return fmt.Errorf("turn_count: must not be negative, got %d", s.TurnCount)
+		return errTurnCount(s.TurnCount)
 	}
 	n := s.NumRows
 	if len(s.Board) != n {

@@ -1,10 +1,7 @@
 package envs
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -77,75 +74,13 @@ var fifteenFixtureCases = map[string]struct {
 
 // TestFifteenPuzzleFixtures replays the byte-exact transcripts produced by GEM's Python code.
 func TestFifteenPuzzleFixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "fifteen", "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	if want := slices.Sorted(maps.Keys(fifteenFixtureCases)); !slices.Equal(names, want) {
-		t.Fatalf("fixture files %v, want %v", names, want)
-	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			fc := fifteenFixtureCases[name]
-			data, err := os.ReadFile(filepath.Join("testdata", "fifteen", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(nil, 1<<20)
-			if !sc.Scan() {
-				t.Fatal("empty fixture")
-			}
-			var reset struct {
-				Reset struct {
-					Observation string `json:"observation"`
-					Info        Info   `json:"info"`
-				} `json:"reset"`
-			}
-			decodeFixtureLine(t, sc.Bytes(), &reset)
-
-			env := newTestEnv(t, fc.id, fc.opts, fc.state)
-			if got := env.Instructions(); got != reset.Reset.Observation {
-				t.Errorf("instructions:\n got %q\nwant %q", got, reset.Reset.Observation)
-			}
-			if info := env.(*fifteenPuzzle).info(); !maps.Equal(info, reset.Reset.Info) {
-				t.Errorf("reset info = %q, want %q", info, reset.Reset.Info)
-			}
-
-			steps := 0
-			for sc.Scan() {
-				var want struct {
-					Step        int     `json:"step"`
-					Action      string  `json:"action"`
-					Observation string  `json:"observation"`
-					Reward      float64 `json:"reward"`
-					Terminated  bool    `json:"terminated"`
-					Truncated   bool    `json:"truncated"`
-					Info        Info    `json:"info"`
-				}
-				decodeFixtureLine(t, sc.Bytes(), &want)
-				got := env.Step(want.Action)
-				if env.Turn() != want.Step {
-					t.Errorf("step %d: Turn() = %d", want.Step, env.Turn())
-				}
-				if got.Observation != want.Observation || got.Reward != want.Reward || got.Terminated != want.Terminated ||
-					got.Truncated != want.Truncated || !maps.Equal(got.Info, want.Info) {
-					t.Errorf("step %d (%q):\n got %+v\nwant %+v", want.Step, want.Action, got, want)
-				}
-				steps++
-			}
-			if err := sc.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if steps == 0 {
-				t.Error("fixture has no steps")
-			}
-		})
-	}
+	replayFixtures(t, "fifteen", fifteenFixtureCases, func(t *testing.T, fc struct{ id, opts, state string }, reset fixtureReset) Env {
+		env := newTestEnv(t, fc.id, fc.opts, fc.state)
+		if info := env.(*fifteenPuzzle).info(); !maps.Equal(info, reset.Info) {
+			t.Errorf("reset info = %q, want %q", info, reset.Info)
+		}
+		return env
+	})
 }
 
 // TestFifteenPuzzleFixtureResets checks the easy transcripts' reset output as
@@ -165,10 +100,7 @@ func TestFifteenPuzzleFixtureResets(t *testing.T) {
 				} `json:"reset"`
 			}
 			decodeFixtureLine(t, bytes.SplitN(data, []byte("\n"), 2)[0], &reset)
-			env, err := New(fifteenEasy, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			env := mustNew(t, fifteenEasy)
 			for seed := range uint64(100) {
 				obs, info := env.Reset(NewRNG(seed))
 				if obs == reset.Reset.Observation && maps.Equal(info, reset.Reset.Info) {
@@ -215,29 +147,29 @@ func TestFifteenPuzzleBranches(t *testing.T) {
 			{"up", fifteenNoGuess(10), -0.1, true, true, " 3  1\n 2 __\n"},
 		}},
 		{name: "easy/legal move on the last turn gets the soft score", id: fifteenEasy, state: `{"board": [[3, 1], [2, null]], "turn_count": 9}`, steps: []fifteenStep{
-			{fifteenBox("right"), fifteenTurnLimit, 0, true, true, " 3  1\n__  2\n"},
+			{fifteenBox("right"), turnLimitMessage, 0, true, true, " 3  1\n__  2\n"},
 		}},
 		{name: "easy/off-board move on the last turn gets the soft score", id: fifteenEasy, state: `{"board": [[1, 2], [null, 3]], "turn_count": 9}`, steps: []fifteenStep{
-			{fifteenBox("right"), fifteenTurnLimit, 0.5, true, true, " 1  2\n__  3\n"},
+			{fifteenBox("right"), turnLimitMessage, 0.5, true, true, " 1  2\n__  3\n"},
 		}},
 		{name: "easy/solve on the last turn beats the limit", id: fifteenEasy, state: `{"board": [[1, 2], [null, 3]], "turn_count": 9}`, steps: []fifteenStep{
 			{fifteenBox("left"), fifteenWin, 1, true, false, " 1  2\n 3 __\n"},
 		}},
 		{name: "easy/max_turns override", id: fifteenEasy, opts: `{"max_turns": 2}`, state: easyNear, steps: []fifteenStep{
 			{fifteenBox("down"), fifteenValid(1, "down"), 0, false, false, "__  2\n 1  3\n"},
-			{fifteenBox("up"), fifteenTurnLimit, 0.5, true, true, " 1  2\n__  3\n"},
+			{fifteenBox("up"), turnLimitMessage, 0.5, true, true, " 1  2\n__  3\n"},
 		}},
 
 		// 3x3 by override, as in GEM's direct construction.
 		{name: "3x3/soft score by repeated addition", id: fifteenEasy, opts: `{"num_rows": 3, "max_turns": 2}`, state: threeNear, steps: []fifteenStep{
 			{fifteenBox("down"), fifteenValid(1, "down"), 0, false, false, " 1  2  3\n 4 __  6\n 7  5  8\n"},
-			{fifteenBox("up"), fifteenTurnLimit, 0.7777777777777779, true, true, " 1  2  3\n 4  5  6\n 7 __  8\n"},
+			{fifteenBox("up"), turnLimitMessage, 0.7777777777777779, true, true, " 1  2  3\n 4  5  6\n 7 __  8\n"},
 		}},
 		{name: "3x3/off-board on the last turn", id: fifteenEasy, opts: `{"num_rows": 3, "max_turns": 1}`, state: threeNear, steps: []fifteenStep{
-			{fifteenBox("up"), fifteenTurnLimit, 0.7777777777777779, true, true, " 1  2  3\n 4  5  6\n 7 __  8\n"},
+			{fifteenBox("up"), turnLimitMessage, 0.7777777777777779, true, true, " 1  2  3\n 4  5  6\n 7 __  8\n"},
 		}},
 		{name: "3x3/no cell right gives exactly zero", id: fifteenEasy, opts: `{"num_rows": 3, "max_turns": 1}`, state: threeWrong, steps: []fifteenStep{
-			{fifteenBox("down"), fifteenTurnLimit, 0, true, true, " 8 __  6\n 5  7  3\n 2  1  4\n"},
+			{fifteenBox("down"), turnLimitMessage, 0, true, true, " 8 __  6\n 5  7  3\n 2  1  4\n"},
 		}},
 		{name: "3x3/solve", id: fifteenEasy, opts: `{"num_rows": 3}`, state: threeNear, steps: []fifteenStep{
 			{fifteenBox("left"), fifteenWin, 1, true, false, " 1  2  3\n 4  5  6\n 7  8 __\n"},
@@ -246,7 +178,7 @@ func TestFifteenPuzzleBranches(t *testing.T) {
 		// game:FifteenPuzzle-v0-hard: 4x4, 50 turns.
 		{name: "hard/two-digit tiles and the soft score", id: fifteenHard, state: `{"board": [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, null, 15]], "turn_count": 48}`, steps: []fifteenStep{
 			{fifteenBox("right"), fifteenValid(49, "right"), 0, false, false, " 1  2  3  4\n 5  6  7  8\n 9 10 11 12\n13 __ 14 15\n"},
-			{fifteenBox("down"), fifteenTurnLimit, 0.75, true, true, " 1  2  3  4\n 5  6  7  8\n 9 __ 11 12\n13 10 14 15\n"},
+			{fifteenBox("down"), turnLimitMessage, 0.75, true, true, " 1  2  3  4\n 5  6  7  8\n 9 __ 11 12\n13 10 14 15\n"},
 		}},
 		{name: "hard/solve", id: fifteenHard, state: hardNear, steps: []fifteenStep{
 			{fifteenBox("up"), fifteenOff(1, "up"), 0, false, false, " 1  2  3  4\n 5  6  7  8\n 9 10 11 12\n13 14 __ 15\n"},
@@ -258,7 +190,7 @@ func TestFifteenPuzzleBranches(t *testing.T) {
 
 		// game:FifteenPuzzle-v0-random after a reset that drew 3x3 and 20 turns.
 		{name: "random/3x3 on the last turn", id: fifteenRandom, state: `{"num_rows": 3, "max_turns": 20, "turn_count": 19, "board": [[1, 2, 3], [4, 5, 6], [7, null, 8]]}`, steps: []fifteenStep{
-			{fifteenBox("right"), fifteenTurnLimit, 0.6666666666666667, true, true, " 1  2  3\n 4  5  6\n__  7  8\n"},
+			{fifteenBox("right"), turnLimitMessage, 0.6666666666666667, true, true, " 1  2  3\n 4  5  6\n__  7  8\n"},
 		}},
 		{name: "random/solve", id: fifteenRandom, state: `{"num_rows": 3, "max_turns": 20, "board": [[1, 2, 3], [4, 5, 6], [7, null, 8]]}`, steps: []fifteenStep{
 			{fifteenBox("left"), fifteenWin, 1, true, false, " 1  2  3\n 4  5  6\n 7  8 __\n"},
@@ -267,9 +199,9 @@ func TestFifteenPuzzleBranches(t *testing.T) {
 		// GEM does not guard against stepping after done; neither do we.
 		{name: "after done/keeps counting", id: fifteenEasy, opts: `{"max_turns": 2}`, state: easyNear, steps: []fifteenStep{
 			{fifteenBox("left"), fifteenWin, 1, true, false, " 1  2\n 3 __\n"},
-			{fifteenBox("down"), fifteenTurnLimit, 0.5, true, true, " 1 __\n 3  2\n"},
+			{fifteenBox("down"), turnLimitMessage, 0.5, true, true, " 1 __\n 3  2\n"},
 			{fifteenBox("up"), fifteenWin, 1, true, false, " 1  2\n 3 __\n"}, // a win still returns first
-			{fifteenBox("up"), fifteenTurnLimit, 1, true, true, " 1  2\n 3 __\n"},
+			{fifteenBox("up"), turnLimitMessage, 1, true, true, " 1  2\n 3 __\n"},
 			{"none", fifteenNoGuess(5), -0.1, true, false, " 1  2\n 3 __\n"}, // "== max_turns" no longer holds
 		}},
 	}
@@ -541,26 +473,13 @@ func TestFifteenPuzzleSameSeed(t *testing.T) {
 	actions := []string{fifteenBox("down"), fifteenBox("right"), fifteenBox("up"), fifteenBox("left")}
 	for _, id := range fifteenIDs {
 		t.Run(id, func(t *testing.T) {
-			distinct := map[string]bool{}
-			for seed := range uint64(20) {
-				a, b := newTestEnv(t, id, "", ""), newTestEnv(t, id, "", "")
-				obsA, infoA := a.Reset(NewRNG(seed))
-				obsB, infoB := b.Reset(NewRNG(seed))
-				if obsA != obsB || !maps.Equal(infoA, infoB) || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("seed %d: resets differ:\n%s\n%s", seed, a.Snapshot(), b.Snapshot())
+			distinct := sameSeedEpisodes(t, id, 20, func(seed uint64, _ Env) []string {
+				acts := make([]string, 60)
+				for i := range acts {
+					acts[i] = actions[(i*7+int(seed))%len(actions)]
 				}
-				distinct[string(a.Snapshot())] = true
-				for i := range 60 {
-					act := actions[(i*7+int(seed))%len(actions)]
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("seed %d: %q: %+v vs %+v", seed, act, ra, rb)
-					}
-					if ra.Done() {
-						break
-					}
-				}
-			}
+				return acts
+			})
 			if len(distinct) < 2 {
 				t.Error("every seed gave the same episode")
 			}
@@ -582,30 +501,16 @@ func TestFifteenPuzzleSnapshotRoundTrip(t *testing.T) {
 
 				b := newTestEnv(t, id, "", "")
 				b.Reset(NewRNG(seed + 1000)) // different hidden state, all overridden below
-				snap := a.Snapshot()
-				if err := b.Restore(snap); err != nil {
-					t.Fatalf("Restore(%s): %v", snap, err)
-				}
-				if !bytes.Equal(b.Snapshot(), snap) || b.Instructions() != a.Instructions() ||
-					b.Turn() != a.Turn() || b.MaxTurns() != a.MaxTurns() {
-					t.Fatalf("restored env differs:\n%s\n%s", b.Snapshot(), snap)
-				}
+				restoreCopy(t, a, b)
 				for i := range 12 {
 					act := actions[(i*3+int(seed))%len(actions)]
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("step %d %q: %+v vs %+v", i, act, ra, rb)
-					}
+					stepBoth(t, a, b, act)
 				}
 				if !bytes.Equal(a.Snapshot(), b.Snapshot()) {
 					t.Fatalf("states diverged:\n%s\n%s", a.Snapshot(), b.Snapshot())
 				}
 				// Reset keeps the restored configuration: the same seed gives the same episode.
-				oa, _ := a.Reset(NewRNG(seed))
-				ob, _ := b.Reset(NewRNG(seed))
-				if oa != ob || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("reset after restore differs:\n%s\n%s", a.Snapshot(), b.Snapshot())
-				}
+				resetBoth(t, a, b, seed)
 			}
 		})
 	}
@@ -629,19 +534,12 @@ func TestFifteenPuzzleSnapshotIsolated(t *testing.T) {
 func TestFifteenPuzzleSnapshotKeys(t *testing.T) {
 	env := newTestEnv(t, fifteenEasy, "", `{"board": [[3, 1], [2, null]]}`)
 	want := `{"num_rows":2,"max_turns":10,"board":[[3,1],[2,null]],"turn_count":0,"init_algo":"monte_carlo","mc_rand_moves":100,"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after reset = %s, want %s", got, want)
-	}
+	wantSnapshot(t, env, "after reset", want)
 	env.Step(fifteenBox("down"))
 	env.Step(fifteenBox("x"))
 	want = `{"num_rows":2,"max_turns":10,"board":[[3,null],[2,1]],"turn_count":2,"init_algo":"monte_carlo","mc_rand_moves":100,"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after steps = %s, want %s", got, want)
-	}
-	random := newTestEnv(t, fifteenRandom, "", "")
-	if !strings.Contains(string(random.Snapshot()), `"random":true`) {
-		t.Errorf("random variant snapshot %s lacks random:true", random.Snapshot())
-	}
+	wantSnapshot(t, env, "after steps", want)
+	wantRandomFlag(t, fifteenRandom)
 }
 
 func TestFifteenPuzzleRestore(t *testing.T) {
@@ -662,7 +560,7 @@ func TestFifteenPuzzleRestore(t *testing.T) {
 			if env.MaxTurns() != 2 || env.Turn() != 1 || !strings.HasPrefix(env.Instructions(), "You are playing the 8-Puzzle game.\n") {
 				t.Errorf("MaxTurns() = %d, Turn() = %d, instructions: %s", env.MaxTurns(), env.Turn(), env.Instructions())
 			}
-			fifteenPlay(t, env, []fifteenStep{{fifteenBox("down"), fifteenTurnLimit, 0.6666666666666667, true, true, " 1  2  3\n 4 __  6\n 7  5  8\n"}})
+			fifteenPlay(t, env, []fifteenStep{{fifteenBox("down"), turnLimitMessage, 0.6666666666666667, true, true, " 1  2  3\n 4 __  6\n 7  5  8\n"}})
 		}},
 		{name: "generator settings", state: `{"init_algo": "pure_random", "mc_rand_moves": 0, "random": true}`, check: func(t *testing.T, env Env) {
 			env.Reset(NewRNG(3))
@@ -699,45 +597,20 @@ func TestFifteenPuzzleRestore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newTestEnv(t, fifteenEasy, "", base)
-			before := env.Snapshot()
-			err := env.Restore(json.RawMessage(tt.state))
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Restore(%s): %v", tt.state, err)
-				}
-				if tt.check != nil {
-					tt.check(t, env)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Restore(%s) error = %v, want one naming %q", tt.state, err, tt.wantErr)
-			}
-			if after := env.Snapshot(); !bytes.Equal(after, before) {
-				t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
+			if wantRestore(t, env, tt.state, tt.wantErr) && tt.check != nil {
+				tt.check(t, env)
 			}
 		})
 	}
 }
 
 func TestFifteenPuzzleSpecs(t *testing.T) {
-	want := map[string]struct {
-		params   map[string]any
-		maxTurns int
-	}{
+	want := map[string]specWant{
 		fifteenEasy:   {map[string]any{"num_rows": 2, "max_turns": 10}, 10},
 		fifteenHard:   {map[string]any{"num_rows": 4, "max_turns": 50}, 50},
 		fifteenRandom: {map[string]any{"num_rows": nil, "max_turns": nil}, 0},
 	}
-	for id, w := range want {
-		s, err := Lookup(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Family != "FifteenPuzzle" || s.MaxTurns != w.maxTurns || s.ChatSuffix != "" || !maps.Equal(s.Params, w.params) {
-			t.Errorf("%s: spec %+v", id, s)
-		}
-	}
+	wantSpecs(t, "FifteenPuzzle", "", want)
 	for _, id := range IDs() {
 		if strings.HasPrefix(id, "game:FifteenPuzzle") && !slices.Contains(fifteenIDs, id) {
 			t.Errorf("unexpected id %s", id)
@@ -790,9 +663,7 @@ func TestFifteenPuzzleOptions(t *testing.T) {
 }
 
 func TestFifteenPuzzleBadOption(t *testing.T) {
-	tests := []struct {
-		name, id, opts, key string
-	}{
+	tests := []badOption{
 		{"string max_turns", fifteenEasy, `{"max_turns": "6"}`, "max_turns"},
 		{"zero max_turns", fifteenEasy, `{"max_turns": 0}`, "max_turns"},
 		{"one row", fifteenEasy, `{"num_rows": 1}`, "num_rows"},
@@ -806,27 +677,14 @@ func TestFifteenPuzzleBadOption(t *testing.T) {
 		{"string mc_rand_moves", fifteenEasy, `{"mc_rand_moves": "100"}`, "mc_rand_moves"},
 		{"not an object", fifteenEasy, `[1]`, "object"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env, err := New(tt.id, json.RawMessage(tt.opts))
-			if !errors.Is(err, ErrBadOption) {
-				t.Fatalf("New(%s) = %v, %v; want ErrBadOption", tt.opts, env, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tt.key) || !strings.Contains(msg, tt.id) {
-				t.Errorf("error %q should name %q and the id", msg, tt.key)
-			}
-		})
-	}
+	wantBadOptions(t, tests)
 }
 
 // TestFifteenPuzzleBeforeReset: like GEM's constructor, New leaves a playable
 // (solved) board, so Step before the first Reset works.
 func TestFifteenPuzzleBeforeReset(t *testing.T) {
 	for _, id := range fifteenIDs {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		if err := env.(*fifteenPuzzle).s.validate(); err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
@@ -848,19 +706,13 @@ func TestFifteenPuzzleHugeAction(t *testing.T) {
 	for name, action := range actions {
 		t.Run(name, func(t *testing.T) {
 			env := newTestEnv(t, fifteenEasy, "", `{"board": [[1, 2], [null, 3]]}`)
-			done := make(chan StepResult, 1)
-			go func() { done <- env.Step(action) }()
-			select {
-			case r := <-done:
-				want := fifteenNoGuess(1)
-				if name == "matches" {
-					want = fifteenValid(1, "down")
-				}
-				if r.Observation != want {
-					t.Errorf("observation %q, want %q", r.Observation, want)
-				}
-			case <-time.After(time.Minute):
-				t.Fatal("Step on a 1 MB action did not finish within a minute")
+			r := stepWithin(t, env, action, time.Minute)
+			want := fifteenNoGuess(1)
+			if name == "matches" {
+				want = fifteenValid(1, "down")
+			}
+			if r.Observation != want {
+				t.Errorf("observation %q, want %q", r.Observation, want)
 			}
 		})
 	}
@@ -877,27 +729,13 @@ func FuzzFifteenPuzzleStep(f *testing.F) {
 		f.Add(seed, uint64(1), uint8(0))
 	}
 	f.Fuzz(func(t *testing.T, action string, seed uint64, which uint8) {
-		env, err := New(fifteenIDs[int(which)%len(fifteenIDs)], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Reset(NewRNG(seed))
+		env := fuzzEnv(t, fifteenIDs, which, seed)
 		// Step past the turn limit to reach every branch, including the permissive after-done ones.
 		for range env.MaxTurns() + 2 {
 			r := env.Step(action)
 			turn := env.Turn()
-			if r.Truncated && !r.Terminated {
-				t.Fatalf("truncated without terminated: %+v", r)
-			}
 			switch {
-			case r.Observation == fifteenNoGuess(turn):
-				if r.Reward != -0.1 || !r.Terminated || r.Truncated != (turn == env.MaxTurns()) {
-					t.Fatalf("format error result %+v", r)
-				}
-			case r.Observation == fifteenTurnLimit:
-				if r.Reward < 0 || r.Reward > 1 || !r.Truncated || turn < env.MaxTurns() {
-					t.Fatalf("turn limit result %+v at turn %d", r, turn)
-				}
+			case checkFormatOrLimit(t, r, turn, env.MaxTurns(), fifteenNoGuess(turn), turnLimitMessage):
 			case r.Observation == fifteenWin:
 				if r.Reward != 1 || !r.Terminated || r.Truncated {
 					t.Fatalf("win result %+v", r)

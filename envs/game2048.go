@@ -69,15 +69,7 @@ func game2048Specs() []Spec {
 // game2048NewSpec builds a registry row. ChatSuffix is empty: GEM's suffix is
 // the current board, which changes every turn.
 func game2048NewSpec(id string, params map[string]any, maxTurns int) Spec {
-	return Spec{
-		ID:       id,
-		Family:   game2048Family,
-		Params:   params,
-		MaxTurns: maxTurns,
-		new: func(opts map[string]json.RawMessage) (Env, error) {
-			return newGame2048(params, opts)
-		},
-	}
+	return gameSpec(id, game2048Family, "", params, maxTurns, newGame2048)
 }
 
 // game2048State is the whole game state; its JSON form is the snapshot.
@@ -144,7 +136,7 @@ func newGame2048(registered map[string]any, opts map[string]json.RawMessage) (En
 			return nil, fmt.Errorf("%w: target_tile: %w", ErrBadOption, err)
 		}
 		if maxTurns < 1 {
-			return nil, fmt.Errorf("%w: max_turns: must be at least 1, got %d", ErrBadOption, maxTurns)
+			return nil, fmt.Errorf("%w: %w", ErrBadOption, errMaxTurns(maxTurns))
 		}
 	}
 	// An empty board with nominal maxima is a valid state before the first
@@ -257,13 +249,7 @@ func (g *game2048) Step(action string) StepResult {
 	t := s.TurnCount
 	dir, ok := game2048ParseMove(action)
 	if !ok {
-		return StepResult{
-			Observation: fmt.Sprintf(`At turn %d, you did not provide a valid move. Please use \boxed{direction} format.`, t),
-			Reward:      rewardFormatError,
-			Terminated:  true,
-			Truncated:   t == s.MaxTurns, // equality, unlike the turn-limit check below
-			Info:        g.info(),
-		}
+		return formatErrorResult(fmt.Sprintf(`At turn %d, you did not provide a valid move. Please use \boxed{direction} format.`, t), t, s.MaxTurns, g.info())
 	}
 	var obs string
 	reward := rewardStep
@@ -292,13 +278,7 @@ func (g *game2048) Step(action string) StepResult {
 		obs = fmt.Sprintf("At turn %d, you moved %s", t, dir) // no final period, as in GEM
 	}
 	if t >= s.MaxTurns {
-		return StepResult{
-			Observation: fmt.Sprintf("You have reached the maximum number of turns (%d).", s.MaxTurns),
-			Reward:      reward,
-			Terminated:  true,
-			Truncated:   true,
-			Info:        g.info(),
-		}
+		return turnLimitResult(fmt.Sprintf("You have reached the maximum number of turns (%d).", s.MaxTurns), reward, g.info())
 	}
 	return StepResult{Observation: obs, Reward: reward, Info: g.info()}
 }
@@ -310,11 +290,10 @@ func game2048Log2(v int) int { return bits.Len(uint(v)) - 1 }
 // str.lower does: İ becomes "i" + U+0307, so "rİght" and "rıght" are no known
 // direction and, as in GEM, slide nothing.
 func game2048ParseMove(action string) (string, bool) {
-	matches := game2048Move.FindAllStringSubmatchIndex(action, -1)
-	if len(matches) == 0 {
+	last := lastSubmatchIndex(game2048Move, action)
+	if last == nil {
 		return "", false
 	}
-	last := matches[len(matches)-1]
 	word := action[last[2]:last[3]]
 	return strings.ToLower(strings.ReplaceAll(word, "İ", "i\u0307")), true
 }
@@ -426,7 +405,7 @@ func (g *game2048) Snapshot() json.RawMessage {
 func (g *game2048) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return fmt.Errorf("restore %s state: %w", game2048Family, err)
+		return restoreError(game2048Family, err)
 	}
 	next := g.s
 	// Decode into fresh slices: decoding must not write into the live board.
@@ -444,14 +423,8 @@ func (g *game2048) Restore(state json.RawMessage) error {
 		"example":     &next.Example,
 		"random":      &next.Random,
 	}
-	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		field, ok := fields[key]
-		if !ok {
-			return fmt.Errorf("restore %s state: %s: unknown key", game2048Family, key)
-		}
-		if err := decodeStrict(obj[key], field); err != nil {
-			return fmt.Errorf("restore %s state: %s: %w", game2048Family, key, err)
-		}
+	if err := restoreFields(game2048Family, obj, fields); err != nil {
+		return err
 	}
 	if next.Board == nil {
 		next.Board = cloneRows(g.s.Board)
@@ -469,7 +442,7 @@ func (g *game2048) Restore(state json.RawMessage) error {
 		}
 	}
 	if err := next.validate(); err != nil {
-		return fmt.Errorf("restore %s state: %w", game2048Family, err)
+		return restoreError(game2048Family, err)
 	}
 	g.s = next
 	return nil
@@ -491,10 +464,10 @@ func (s *game2048State) validate() error {
 		return fmt.Errorf("target_tile: %w", err)
 	}
 	if s.MaxTurns < 1 {
-		return fmt.Errorf("max_turns: must be at least 1, got %d", s.MaxTurns)
+		return errMaxTurns(s.MaxTurns)
 	}
 	if s.TurnCount < 0 {
-		return fmt.Errorf("turn_count: must not be negative, got %d", s.TurnCount)
+		return errTurnCount(s.TurnCount)
 	}
 	n := len(s.Board)
 	if n < 2 || n > game2048MaxSize {

@@ -1,14 +1,8 @@
 package envs
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -38,76 +32,14 @@ var game2048FixtureCases = map[string]struct {
 
 // TestGame2048Fixtures replays the byte-exact transcripts produced by GEM's Python code.
 func TestGame2048Fixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "game2048", "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	if want := slices.Sorted(maps.Keys(game2048FixtureCases)); !slices.Equal(names, want) {
-		t.Fatalf("fixture files %v, want %v", names, want)
-	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			fc := game2048FixtureCases[name]
-			data, err := os.ReadFile(filepath.Join("testdata", "game2048", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(nil, 1<<20)
-			if !sc.Scan() {
-				t.Fatal("empty fixture")
-			}
-			var reset struct {
-				Reset struct {
-					Observation string `json:"observation"`
-					Info        Info   `json:"info"`
-				} `json:"reset"`
-			}
-			decodeFixtureLine(t, sc.Bytes(), &reset)
-
-			env := newTestEnv(t, fc.id, fc.opts, fc.state)
-			if got := env.Instructions(); got != reset.Reset.Observation {
-				t.Errorf("instructions:\n got %q\nwant %q", got, reset.Reset.Observation)
-			}
-			// The reset info is the board, which the restore replaced.
-			if got := env.(*game2048).info(); !maps.Equal(got, reset.Reset.Info) {
-				t.Errorf("reset info = %q, want %q", got, reset.Reset.Info)
-			}
-
-			steps := 0
-			for sc.Scan() {
-				var want struct {
-					Step        int     `json:"step"`
-					Action      string  `json:"action"`
-					Observation string  `json:"observation"`
-					Reward      float64 `json:"reward"`
-					Terminated  bool    `json:"terminated"`
-					Truncated   bool    `json:"truncated"`
-					Info        Info    `json:"info"`
-				}
-				decodeFixtureLine(t, sc.Bytes(), &want)
-				got := env.Step(want.Action)
-				if env.Turn() != want.Step {
-					t.Errorf("step %d: Turn() = %d", want.Step, env.Turn())
-				}
-				if got.Observation != want.Observation || got.Reward != want.Reward || got.Terminated != want.Terminated ||
-					got.Truncated != want.Truncated || !maps.Equal(got.Info, want.Info) {
-					t.Errorf("step %d (%q):\n got %+v\nwant %+v", want.Step, want.Action, got, want)
-				}
-				steps++
-			}
-			if err := sc.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if steps == 0 {
-				t.Error("fixture has no steps")
-			}
-		})
-	}
+	replayFixtures(t, "game2048", game2048FixtureCases, func(t *testing.T, fc struct{ id, opts, state string }, reset fixtureReset) Env {
+		env := newTestEnv(t, fc.id, fc.opts, fc.state)
+		// The reset info is the board, which the restore replaced.
+		if got := env.(*game2048).info(); !maps.Equal(got, reset.Info) {
+			t.Errorf("reset info = %q, want %q", got, reset.Info)
+		}
+		return env
+	})
 }
 
 // game2048Step is one action, the result GEM gives for it and, when board is
@@ -603,23 +535,13 @@ func TestGame2048SameSeed(t *testing.T) {
 		t.Run(id, func(t *testing.T) {
 			distinct := map[string]bool{}
 			for seed := range uint64(20) {
-				a, b := newTestEnv(t, id, "", ""), newTestEnv(t, id, "", "")
-				obsA, _ := a.Reset(NewRNG(seed))
-				obsB, _ := b.Reset(NewRNG(seed))
-				if obsA != obsB || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("seed %d: resets differ:\n%s\n%s", seed, a.Snapshot(), b.Snapshot())
-				}
+				a, b := resetPair(t, id, seed)
 				distinct[string(a.Snapshot())] = true
-				for i := range 60 {
-					act := `\boxed{` + game2048Directions[i*7%4] + `}`
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("seed %d: %q: %+v vs %+v", seed, act, ra, rb)
-					}
-					if ra.Done() {
-						break
-					}
+				acts := make([]string, 60)
+				for i := range acts {
+					acts[i] = `\boxed{` + game2048Directions[i*7%4] + `}`
 				}
+				stepBothUntilDone(t, a, b, acts)
 				distinct[string(a.Snapshot())] = true
 			}
 			if len(distinct) < 20 {
@@ -642,27 +564,13 @@ func TestGame2048SnapshotRoundTrip(t *testing.T) {
 
 				b := newTestEnv(t, id, "", "")
 				b.Reset(NewRNG(seed + 1000)) // different hidden state, all overridden below
-				snap := a.Snapshot()
-				if err := b.Restore(snap); err != nil {
-					t.Fatalf("Restore(%s): %v", snap, err)
-				}
-				if !bytes.Equal(b.Snapshot(), snap) || b.Instructions() != a.Instructions() ||
-					b.Turn() != a.Turn() || b.MaxTurns() != a.MaxTurns() {
-					t.Fatalf("restored env differs:\n%s\n%s", b.Snapshot(), snap)
-				}
+				restoreCopy(t, a, b)
 				for i := range 40 {
 					act := `\boxed{` + game2048Directions[(i*5+int(seed))%4] + `}`
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("step %d: %+v vs %+v", i, ra, rb)
-					}
+					stepBoth(t, a, b, act)
 				}
 				// Reset keeps the restored configuration: the same seed gives the same episode.
-				oa, _ := a.Reset(NewRNG(seed))
-				ob, _ := b.Reset(NewRNG(seed))
-				if oa != ob || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("reset after restore differs:\n%s\n%s", a.Snapshot(), b.Snapshot())
-				}
+				resetBoth(t, a, b, seed)
 			}
 		})
 	}
@@ -673,18 +581,12 @@ func TestGame2048SnapshotKeys(t *testing.T) {
 		`{"board": [[2,2,0,0],[0,0,0,0],[0,0,0,0],[0,0,0,0]], "example": "up", "spawn_seed": 5, "spawns": [[3,3,4]]}`)
 	want := `{"target_tile":64,"max_turns":50,"board":[[2,2,0,0],[0,0,0,0],[0,0,0,0],[0,0,0,0]],"max_tile":2,"init_max":2,` +
 		`"turn_count":0,"spawns":[[3,3,4]],"spawn_seed":5,"spawn_count":0,"example":"up","random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after restore = %s, want %s", got, want)
-	}
+	wantSnapshot(t, env, "after restore", want)
 	env.Step(`\boxed{left}`)
 	want = `{"target_tile":64,"max_turns":50,"board":[[4,0,0,0],[0,0,0,0],[0,0,0,0],[0,0,0,4]],"max_tile":4,"init_max":2,` +
 		`"turn_count":1,"spawns":[],"spawn_seed":5,"spawn_count":1,"example":"up","random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after a step = %s, want %s", got, want)
-	}
-	if random := newTestEnv(t, game2048RandomID, "", ""); !strings.Contains(string(random.Snapshot()), `"random":true`) {
-		t.Errorf("random variant snapshot %s lacks random:true", random.Snapshot())
-	}
+	wantSnapshot(t, env, "after a step", want)
+	wantRandomFlag(t, game2048RandomID)
 }
 
 func TestGame2048Restore(t *testing.T) {
@@ -752,22 +654,8 @@ func TestGame2048Restore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newTestEnv(t, game2048EasyID, "", base)
-			before := env.Snapshot()
-			err := env.Restore(json.RawMessage(tt.state))
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Restore(%s): %v", tt.state, err)
-				}
-				if tt.check != nil {
-					tt.check(t, env.(*game2048).s)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Restore(%s) error = %v, want one naming %q", tt.state, err, tt.wantErr)
-			}
-			if after := env.Snapshot(); !bytes.Equal(after, before) {
-				t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
+			if wantRestore(t, env, tt.state, tt.wantErr) && tt.check != nil {
+				tt.check(t, env.(*game2048).s)
 			}
 		})
 	}
@@ -785,13 +673,7 @@ func TestGame2048RestoreDoesNotAlias(t *testing.T) {
 	if got := a.(*game2048).s.Board[0]; !slices.Equal(got, []int{2, 0, 0, 0}) {
 		t.Errorf("stepping the restored env changed the original: %v", got)
 	}
-	before := a.Snapshot()
-	if err := a.Restore(json.RawMessage(`{"board": [[4,4,4,4],[0,0,0,0],[0,0,0,0],[0,0,0,0]], "turn_count": -1}`)); err == nil {
-		t.Fatal("Restore accepted a negative turn count")
-	}
-	if after := a.Snapshot(); !bytes.Equal(after, before) {
-		t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
-	}
+	wantRestore(t, a, `{"board": [[4,4,4,4],[0,0,0,0],[0,0,0,0],[0,0,0,0]], "turn_count": -1}`, "turn_count")
 }
 
 func TestGame2048Options(t *testing.T) {
@@ -844,7 +726,7 @@ func TestGame2048Options(t *testing.T) {
 }
 
 func TestGame2048BadOptions(t *testing.T) {
-	tests := []struct{ name, id, opts, key string }{
+	tests := []badOption{
 		{"target not a power of two", game2048EasyID, `{"target_tile": 100}`, "target_tile"},
 		{"target zero", game2048EasyID, `{"target_tile": 0}`, "target_tile"},
 		{"target string", game2048EasyID, `{"target_tile": "64"}`, "target_tile"},
@@ -857,24 +739,11 @@ func TestGame2048BadOptions(t *testing.T) {
 		{"board_size string", game2048EasyID, `{"board_size": "4"}`, "board_size"},
 		{"not an object", game2048EasyID, `[1]`, "object"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env, err := New(tt.id, json.RawMessage(tt.opts))
-			if !errors.Is(err, ErrBadOption) {
-				t.Fatalf("New(%s) = %v, %v; want ErrBadOption", tt.opts, env, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tt.key) || !strings.Contains(msg, tt.id) {
-				t.Errorf("error %q should name %q and the id", msg, tt.key)
-			}
-		})
-	}
+	wantBadOptions(t, tests)
 }
 
 func TestGame2048Registry(t *testing.T) {
-	want := map[string]struct {
-		params   map[string]any
-		maxTurns int
-	}{
+	want := map[string]specWant{
 		game2048EasyID:    {map[string]any{"target_tile": 64, "max_turns": 50}, 50},
 		game2048HardID:    {map[string]any{"target_tile": 512, "max_turns": 50}, 50},
 		game2048ExtremeID: {map[string]any{"target_tile": 2048, "max_turns": 100}, 100},
@@ -889,24 +758,13 @@ func TestGame2048Registry(t *testing.T) {
 	if !slices.Equal(got, slices.Sorted(maps.Keys(want))) {
 		t.Fatalf("2048 ids %v", got)
 	}
-	for id, w := range want {
-		s, err := Lookup(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.ID != id || s.Family != "Game2048" || s.MaxTurns != w.maxTurns || s.ChatSuffix != "" || !maps.Equal(s.Params, w.params) {
-			t.Errorf("%s: spec %+v", id, s)
-		}
-	}
+	wantSpecs(t, "Game2048", "", want)
 }
 
 // TestGame2048BeforeReset: an env used before Reset must not panic.
 func TestGame2048BeforeReset(t *testing.T) {
 	for _, id := range game2048IDs {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		for _, act := range []string{`\boxed{up}`, `\boxed{left}`, `x`, `\boxed{rıght}`} {
 			env.Step(act)
 		}
@@ -940,15 +798,8 @@ func TestGame2048HugeAction(t *testing.T) {
 	for name, action := range game2048HugeActions() {
 		t.Run(name, func(t *testing.T) {
 			env := newTestEnv(t, game2048EasyID, "", `{"board": [[0,0,0,0],[0,0,0,0],[0,0,0,0],[0,2,0,0]]}`)
-			done := make(chan StepResult, 1)
-			go func() { done <- env.Step(action) }()
-			select {
-			case r := <-done:
-				if r.Observation != game2048Moved(1, "up") {
-					t.Errorf("observation %q", r.Observation)
-				}
-			case <-time.After(2 * time.Minute):
-				t.Fatal("a 1 MB action did not finish within two minutes")
+			if r := stepWithin(t, env, action, 2*time.Minute); r.Observation != game2048Moved(1, "up") {
+				t.Errorf("observation %q", r.Observation)
 			}
 		})
 	}
@@ -965,29 +816,14 @@ func FuzzGame2048Step(f *testing.F) {
 		f.Add(seed, uint64(1), uint8(0))
 	}
 	f.Fuzz(func(t *testing.T, action string, seed uint64, which uint8) {
-		id := game2048IDs[int(which)%len(game2048IDs)]
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Reset(NewRNG(seed))
+		env := fuzzEnv(t, game2048IDs, which, seed)
 		g := env.(*game2048)
 		// Step past the turn limit to reach every branch, including the permissive after-done ones.
 		for range env.MaxTurns() + 2 {
 			r := env.Step(action)
 			turn, s := env.Turn(), g.s
-			if r.Truncated && !r.Terminated {
-				t.Fatalf("truncated without terminated: %+v", r)
-			}
 			switch obs := r.Observation; {
-			case obs == game2048NoMove(turn):
-				if r.Reward != -0.1 || !r.Terminated || r.Truncated != (turn == s.MaxTurns) {
-					t.Fatalf("format error result %+v", r)
-				}
-			case obs == game2048Limit(s.MaxTurns):
-				if r.Reward < 0 || r.Reward > 1 || !r.Truncated || turn < s.MaxTurns {
-					t.Fatalf("turn limit result %+v at turn %d", r, turn)
-				}
+			case checkFormatOrLimit(t, r, turn, s.MaxTurns, game2048NoMove(turn), game2048Limit(s.MaxTurns)):
 			case obs == game2048Won(s.TargetTile, turn), obs == game2048Over:
 				if r.Reward < 0 || r.Reward > 1 || !r.Terminated || r.Truncated {
 					t.Fatalf("end result %+v", r)

@@ -3,7 +3,6 @@ package envs
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math/big"
 	"math/rand/v2"
 	"regexp"
@@ -44,16 +43,7 @@ func guessTheNumberRandomSpec(id string) Spec {
 
 // gtnSpec builds a registry row; params are the registered values overrides apply to.
 func gtnSpec(id string, params map[string]any, maxTurns int) Spec {
-	return Spec{
-		ID:         id,
-		Family:     gtnFamily,
-		Params:     params,
-		MaxTurns:   maxTurns,
-		ChatSuffix: gtnChatSuffix,
-		new: func(opts map[string]json.RawMessage) (Env, error) {
-			return newGuessTheNumber(params, opts)
-		},
-	}
+	return gameSpec(id, gtnFamily, gtnChatSuffix, params, maxTurns, newGuessTheNumber)
 }
 
 // gtnState is the whole game state; its JSON form is the snapshot.
@@ -78,21 +68,9 @@ type guessTheNumber struct {
 // GEM, a null bound makes the env draw its range (and turn limit) at every
 // reset, and unknown keys are ignored.
 func newGuessTheNumber(registered map[string]any, opts map[string]json.RawMessage) (Env, error) {
-	p := maps.Clone(registered)
-	for _, key := range slices.Sorted(maps.Keys(p)) { // sorted: the same bad key is reported every time
-		raw, ok := opts[key]
-		if !ok {
-			continue
-		}
-		if isNull(raw) {
-			p[key] = nil
-			continue
-		}
-		var v int
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("%w: %s: want an integer or null, got %s", ErrBadOption, key, raw)
-		}
-		p[key] = v
+	p, err := overrideIntParams(registered, opts)
+	if err != nil {
+		return nil, err
 	}
 	minNumber, minOK := p["min_number"].(int)
 	maxNumber, maxOK := p["max_number"].(int)
@@ -105,7 +83,7 @@ func newGuessTheNumber(registered map[string]any, opts map[string]json.RawMessag
 		case !turnsOK:
 			return nil, fmt.Errorf("%w: max_turns: null needs a drawn range (min_number or max_number null)", ErrBadOption)
 		case maxTurns < 1:
-			return nil, fmt.Errorf("%w: max_turns: must be at least 1, got %d", ErrBadOption, maxTurns)
+			return nil, fmt.Errorf("%w: %w", ErrBadOption, errMaxTurns(maxTurns))
 		}
 	}
 	// Target and example start at min so that a fixed-range state is valid
@@ -156,13 +134,7 @@ func (g *guessTheNumber) Step(action string) StepResult {
 	t := s.TurnCount
 	guess, ok := parseBoxedGuess(action)
 	if !ok {
-		return StepResult{
-			Observation: fmt.Sprintf("At turn %d, you did not provide a valid guess.", t),
-			Reward:      rewardFormatError,
-			Terminated:  true,
-			Truncated:   t == s.MaxTurns, // equality, unlike the turn-limit check below
-			Info:        gtnInfo(),
-		}
+		return formatErrorResult(fmt.Sprintf("At turn %d, you did not provide a valid guess.", t), t, s.MaxTurns, gtnInfo())
 	}
 	n, err := strconv.Atoi(guess)
 	inRange := err == nil && s.inRange(n) // a value too large for int is above any max
@@ -193,13 +165,7 @@ func (g *guessTheNumber) Step(action string) StepResult {
 		if inRange {
 			reward = softReward(n, s.GameNumber, s.MinNumber, s.MaxNumber)
 		}
-		return StepResult{
-			Observation: "You have reached the maximum number of turns.",
-			Reward:      reward,
-			Terminated:  true,
-			Truncated:   true,
-			Info:        gtnInfo(),
-		}
+		return turnLimitResult(turnLimitMessage, reward, gtnInfo())
 	}
 	return StepResult{Observation: obs, Reward: rewardStep, Info: gtnInfo()}
 }
@@ -208,11 +174,10 @@ func (g *guessTheNumber) Step(action string) StepResult {
 // decimal. ok is false for no match, a digit run Python's int() refuses, or
 // zero, which GEM's falsy check treats as "no guess".
 func parseBoxedGuess(action string) (guess string, ok bool) {
-	matches := boxedNumber.FindAllStringSubmatchIndex(action, -1)
-	if len(matches) == 0 {
+	last := lastSubmatchIndex(boxedNumber, action)
+	if last == nil {
 		return "", false
 	}
-	last := matches[len(matches)-1]
 	v, ok := pyInt(action[last[2]:last[3]])
 	if !ok || v == "0" {
 		return "", false
@@ -254,7 +219,7 @@ func (g *guessTheNumber) Snapshot() json.RawMessage {
 func (g *guessTheNumber) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return fmt.Errorf("restore %s state: %w", gtnFamily, err)
+		return restoreError(gtnFamily, err)
 	}
 	next := g.s
 	next.PreviousGuesses = slices.Clone(g.s.PreviousGuesses) // decoding must not write into the live slice
@@ -268,17 +233,11 @@ func (g *guessTheNumber) Restore(state json.RawMessage) error {
 		"example":          &next.Example,
 		"random":           &next.Random,
 	}
-	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		field, ok := fields[key]
-		if !ok {
-			return fmt.Errorf("restore %s state: %s: unknown key", gtnFamily, key)
-		}
-		if err := decodeStrict(obj[key], field); err != nil {
-			return fmt.Errorf("restore %s state: %s: %w", gtnFamily, key, err)
-		}
+	if err := restoreFields(gtnFamily, obj, fields); err != nil {
+		return err
 	}
 	if err := next.validate(); err != nil {
-		return fmt.Errorf("restore %s state: %w", gtnFamily, err)
+		return restoreError(gtnFamily, err)
 	}
 	g.s = next
 	return nil
@@ -291,9 +250,9 @@ func (s *gtnState) validate() error {
 	case s.MinNumber > s.MaxNumber:
 		return fmt.Errorf("max_number: %d is less than min_number %d", s.MaxNumber, s.MinNumber)
 	case s.MaxTurns < 1:
-		return fmt.Errorf("max_turns: must be at least 1, got %d", s.MaxTurns)
+		return errMaxTurns(s.MaxTurns)
 	case s.TurnCount < 0:
-		return fmt.Errorf("turn_count: must not be negative, got %d", s.TurnCount)
+		return errTurnCount(s.TurnCount)
 	case !s.inRange(s.GameNumber):
 		return fmt.Errorf("game_number: %d is outside [%d, %d]", s.GameNumber, s.MinNumber, s.MaxNumber)
 	case !s.inRange(s.Example):

@@ -1,14 +1,9 @@
 package envs
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -21,51 +16,6 @@ const (
 
 	turnLimit = "You have reached the maximum number of turns."
 )
-
-// newTestEnv builds id with opts, resets it with a fixed seed and restores
-// state (if any) over the drawn hidden values.
-func newTestEnv(t testing.TB, id, opts, state string) Env {
-	t.Helper()
-	var raw json.RawMessage
-	if opts != "" {
-		raw = json.RawMessage(opts)
-	}
-	env, err := New(id, raw)
-	if err != nil {
-		t.Fatalf("New(%q, %s): %v", id, opts, err)
-	}
-	env.Reset(NewRNG(1))
-	if state != "" {
-		if err := env.Restore(json.RawMessage(state)); err != nil {
-			t.Fatalf("Restore(%s): %v", state, err)
-		}
-	}
-	return env
-}
-
-// step is one action and the result GEM gives for it.
-type step struct {
-	action      string
-	obs         string
-	reward      float64
-	term, trunc bool
-}
-
-// play applies each action and compares the whole StepResult.
-func play(t *testing.T, env Env, steps []step) {
-	t.Helper()
-	for i, s := range steps {
-		got := env.Step(s.action)
-		want := StepResult{Observation: s.obs, Reward: s.reward, Terminated: s.term, Truncated: s.trunc, Info: Info{"suffix": "Enter your next guess."}}
-		if got.Observation != want.Observation || got.Reward != want.Reward || got.Terminated != want.Terminated ||
-			got.Truncated != want.Truncated || !maps.Equal(got.Info, want.Info) {
-			t.Fatalf("step %d (%.60q):\n got %+v\nwant %+v", i+1, s.action, got, want)
-		}
-		if got.Done() != (s.term || s.trunc) {
-			t.Fatalf("step %d: Done() = %v", i+1, got.Done())
-		}
-	}
-}
 
 // higher and lower build GEM's hint lines.
 func higher(turn, g int) string {
@@ -114,92 +64,15 @@ var fixtureCases = map[string]struct {
 
 // TestGuessTheNumberFixtures replays the byte-exact transcripts produced by GEM's Python code.
 func TestGuessTheNumberFixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "gtn", "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	if want := slices.Sorted(maps.Keys(fixtureCases)); !slices.Equal(names, want) {
-		t.Fatalf("fixture files %v, want %v", names, want)
-	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			fc := fixtureCases[name]
-			data, err := os.ReadFile(filepath.Join("testdata", "gtn", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(nil, 1<<20)
-			if !sc.Scan() {
-				t.Fatal("empty fixture")
-			}
-			var reset struct {
-				Reset struct {
-					Observation string `json:"observation"`
-					Info        Info   `json:"info"`
-				} `json:"reset"`
-			}
-			decodeFixtureLine(t, sc.Bytes(), &reset)
-
-			env, err := New(fc.id, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, info := env.Reset(NewRNG(7))
-			if !maps.Equal(info, reset.Reset.Info) {
-				t.Errorf("reset info = %v, want %v", info, reset.Reset.Info)
-			}
-			if err := env.Restore(json.RawMessage(fc.state)); err != nil {
-				t.Fatal(err)
-			}
-			if got := env.Instructions(); got != reset.Reset.Observation {
-				t.Errorf("instructions:\n got %q\nwant %q", got, reset.Reset.Observation)
-			}
-
-			steps := 0
-			for sc.Scan() {
-				var want struct {
-					Step        int     `json:"step"`
-					Action      string  `json:"action"`
-					Observation string  `json:"observation"`
-					Reward      float64 `json:"reward"`
-					Terminated  bool    `json:"terminated"`
-					Truncated   bool    `json:"truncated"`
-					Info        Info    `json:"info"`
-				}
-				decodeFixtureLine(t, sc.Bytes(), &want)
-				got := env.Step(want.Action)
-				if env.Turn() != want.Step {
-					t.Errorf("step %d: Turn() = %d", want.Step, env.Turn())
-				}
-				if got.Observation != want.Observation || got.Reward != want.Reward || got.Terminated != want.Terminated ||
-					got.Truncated != want.Truncated || !maps.Equal(got.Info, want.Info) {
-					t.Errorf("step %d (%q):\n got %+v\nwant %+v", want.Step, want.Action, got, want)
-				}
-				steps++
-			}
-			if err := sc.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if steps == 0 {
-				t.Error("fixture has no steps")
-			}
-		})
-	}
-}
-
-// decodeFixtureLine decodes strictly so that a field the test does not check cannot slip by.
-func decodeFixtureLine(t *testing.T, line []byte, v any) {
-	t.Helper()
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		t.Fatalf("fixture line %s: %v", line, err)
-	}
+	replayFixtures(t, "gtn", fixtureCases, func(t *testing.T, fc struct{ id, state string }, reset fixtureReset) Env {
+		env := mustNew(t, fc.id)
+		_, info := env.Reset(NewRNG(7))
+		if !maps.Equal(info, reset.Info) {
+			t.Errorf("reset info = %v, want %v", info, reset.Info)
+		}
+		mustRestore(t, env, fc.state)
+		return env
+	})
 }
 
 // TestGuessTheNumberBranches covers every branch of Step for every registered id.
@@ -359,7 +232,7 @@ func TestGuessTheNumberBranches(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			play(t, newTestEnv(t, tt.id, tt.opts, tt.state), tt.steps)
+			play(t, newTestEnv(t, tt.id, tt.opts, tt.state), suffixInfo("Enter your next guess."), tt.steps)
 		})
 	}
 }
@@ -444,10 +317,7 @@ func TestGuessTheNumberRandomReset(t *testing.T) {
 	mins := map[int]bool{}
 	widths := map[int]bool{}
 	for seed := range uint64(5000) {
-		env, err := New(gtnRandom, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, gtnRandom)
 		obs, _ := env.Reset(NewRNG(seed))
 		var s gtnState
 		if err := json.Unmarshal(env.Snapshot(), &s); err != nil {
@@ -491,35 +361,12 @@ func TestGuessTheNumberSameSeed(t *testing.T) {
 	actions := []string{`\boxed{5}`, `\boxed{10}`, `\boxed{3}`, `\boxed{8}`, `\boxed{7}`, `\boxed{2}`, `\boxed{9}`, `\boxed{1}`, `\boxed{4}`, `\boxed{6}`}
 	for _, id := range []string{gtnAlias, gtnEasy, gtnHard, gtnRandom} {
 		t.Run(id, func(t *testing.T) {
-			distinct := map[string]bool{}
-			for seed := range uint64(20) {
-				a, b := newTestEnv(t, id, "", ""), newTestEnv(t, id, "", "")
-				obsA, _ := a.Reset(NewRNG(seed))
-				obsB, _ := b.Reset(NewRNG(seed))
-				if obsA != obsB || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("seed %d: resets differ:\n%s\n%s", seed, a.Snapshot(), b.Snapshot())
-				}
-				distinct[string(a.Snapshot())] = true
-				for _, act := range actions {
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("seed %d: %q: %+v vs %+v", seed, act, ra, rb)
-					}
-					if ra.Done() {
-						break
-					}
-				}
-			}
+			distinct := sameSeedEpisodes(t, id, 20, func(uint64, Env) []string { return actions })
 			if len(distinct) < 2 {
 				t.Error("every seed gave the same episode")
 			}
 		})
 	}
-}
-
-func sameResult(a, b StepResult) bool {
-	return a.Observation == b.Observation && a.Reward == b.Reward && a.Terminated == b.Terminated &&
-		a.Truncated == b.Truncated && maps.Equal(a.Info, b.Info)
 }
 
 // TestGuessTheNumberSnapshotRoundTrip restores a mid-game snapshot into a
@@ -528,39 +375,19 @@ func TestGuessTheNumberSnapshotRoundTrip(t *testing.T) {
 	for _, id := range []string{gtnAlias, gtnEasy, gtnHard, gtnRandom} {
 		t.Run(id, func(t *testing.T) {
 			for seed := range uint64(10) {
-				a, err := New(id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				a := mustNew(t, id)
 				a.Reset(NewRNG(seed))
 				a.Step(`\boxed{2}`)
 				a.Step(`\boxed{60}`)
 
-				b, err := New(id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				b := mustNew(t, id)
 				b.Reset(NewRNG(seed + 1000)) // different hidden state, all overridden below
-				snap := a.Snapshot()
-				if err := b.Restore(snap); err != nil {
-					t.Fatalf("Restore(%s): %v", snap, err)
-				}
-				if !bytes.Equal(b.Snapshot(), snap) || b.Instructions() != a.Instructions() ||
-					b.Turn() != a.Turn() || b.MaxTurns() != a.MaxTurns() {
-					t.Fatalf("restored env differs:\n%s\n%s", b.Snapshot(), snap)
-				}
+				restoreCopy(t, a, b)
 				for g := 1; g <= 12; g++ {
-					ra, rb := a.Step(boxed(g)), b.Step(boxed(g))
-					if !sameResult(ra, rb) {
-						t.Fatalf("guess %d: %+v vs %+v", g, ra, rb)
-					}
+					stepBoth(t, a, b, boxed(g))
 				}
 				// Reset keeps the restored configuration: the same seed gives the same episode.
-				oa, _ := a.Reset(NewRNG(seed))
-				ob, _ := b.Reset(NewRNG(seed))
-				if oa != ob || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("reset after restore differs:\n%s\n%s", a.Snapshot(), b.Snapshot())
-				}
+				resetBoth(t, a, b, seed)
 			}
 		})
 	}
@@ -569,20 +396,13 @@ func TestGuessTheNumberSnapshotRoundTrip(t *testing.T) {
 func TestGuessTheNumberSnapshotKeys(t *testing.T) {
 	env := newTestEnv(t, gtnEasy, "", `{"game_number": 7, "example": 3}`)
 	want := `{"min_number":1,"max_number":10,"max_turns":4,"game_number":7,"turn_count":0,"previous_guesses":[],"example":3,"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after reset = %s, want %s", got, want)
-	}
+	wantSnapshot(t, env, "after reset", want)
 	env.Step(`\boxed{5}`)
 	env.Step(`\boxed{11}`)
 	env.Step(`\boxed{2}`)
 	want = `{"min_number":1,"max_number":10,"max_turns":4,"game_number":7,"turn_count":3,"previous_guesses":[5,2],"example":3,"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after steps = %s, want %s", got, want)
-	}
-	random := newTestEnv(t, gtnRandom, "", "")
-	if !strings.Contains(string(random.Snapshot()), `"random":true`) {
-		t.Errorf("random variant snapshot %s lacks random:true", random.Snapshot())
-	}
+	wantSnapshot(t, env, "after steps", want)
+	wantRandomFlag(t, gtnRandom)
 }
 
 func TestGuessTheNumberRestore(t *testing.T) {
@@ -594,7 +414,7 @@ func TestGuessTheNumberRestore(t *testing.T) {
 		check   func(t *testing.T, env Env)
 	}{
 		{name: "partial target only", state: `{"game_number": 9}`, check: func(t *testing.T, env Env) {
-			play(t, env, []step{{boxed(9), congrats(9, 1), 1, true, false}})
+			play(t, env, suffixInfo("Enter your next guess."), []step{{boxed(9), congrats(9, 1), 1, true, false}})
 		}},
 		{name: "example re-renders instructions", state: `{"example": 10}`, check: func(t *testing.T, env Env) {
 			if !strings.Contains(env.Instructions(), `for example, \boxed{10}.`) {
@@ -605,7 +425,7 @@ func TestGuessTheNumberRestore(t *testing.T) {
 			if env.Turn() != 2 {
 				t.Errorf("Turn() = %d", env.Turn())
 			}
-			play(t, env, []step{
+			play(t, env, suffixInfo("Enter your next guess."), []step{
 				{boxed(8), repeated(3, 8), 0, false, false},
 				{boxed(4), turnLimit, 0.6666666666666667, true, true}, // 1 - 3/9
 			})
@@ -614,7 +434,7 @@ func TestGuessTheNumberRestore(t *testing.T) {
 			if env.MaxTurns() != 2 || !strings.Contains(env.Instructions(), "between 5 and 8 (inclusive) within 2 turns.") {
 				t.Errorf("MaxTurns() = %d, instructions: %s", env.MaxTurns(), env.Instructions())
 			}
-			play(t, env, []step{
+			play(t, env, suffixInfo("Enter your next guess."), []step{
 				{boxed(4), outside(1, "4"), 0, false, false},
 				{boxed(5), turnLimit, 0.33333333333333337, true, true}, // 1 - 2/3
 			})
@@ -641,22 +461,8 @@ func TestGuessTheNumberRestore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newTestEnv(t, gtnEasy, "", base)
-			before := env.Snapshot()
-			err := env.Restore(json.RawMessage(tt.state))
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Restore(%s): %v", tt.state, err)
-				}
-				if tt.check != nil {
-					tt.check(t, env)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Restore(%s) error = %v, want one naming %q", tt.state, err, tt.wantErr)
-			}
-			if after := env.Snapshot(); !bytes.Equal(after, before) {
-				t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
+			if wantRestore(t, env, tt.state, tt.wantErr) && tt.check != nil {
+				tt.check(t, env)
 			}
 		})
 	}
@@ -668,22 +474,13 @@ func TestGuessTheNumberRestoreKeepsLiveGuesses(t *testing.T) {
 	env := newTestEnv(t, gtnEasy, "", `{"game_number": 7}`)
 	env.Step(`\boxed{2}`)
 	env.Step(`\boxed{3}`)
-	before := env.Snapshot()
-	if err := env.Restore(json.RawMessage(`{"previous_guesses": [9], "turn_count": -1}`)); err == nil {
-		t.Fatal("Restore accepted a negative turn count")
-	}
-	if after := env.Snapshot(); !bytes.Equal(after, before) {
-		t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
-	}
+	wantRestore(t, env, `{"previous_guesses": [9], "turn_count": -1}`, "turn_count")
 }
 
 // TestGuessTheNumberBeforeReset: an env used before Reset must not panic.
 func TestGuessTheNumberBeforeReset(t *testing.T) {
 	for _, id := range IDs() {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		for _, act := range []string{`\boxed{1}`, `\boxed{5}`, `x`, `\boxed{5}`} {
 			env.Step(act)
 		}
@@ -705,27 +502,13 @@ func FuzzGuessTheNumberStep(f *testing.F) {
 	}
 	ids := []string{gtnAlias, gtnEasy, gtnHard, gtnRandom}
 	f.Fuzz(func(t *testing.T, action string, seed uint64, which uint8) {
-		env, err := New(ids[int(which)%len(ids)], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Reset(NewRNG(seed))
+		env := fuzzEnv(t, ids, which, seed)
 		// Step past the turn limit to reach every branch, including the permissive after-done ones.
 		for range env.MaxTurns() + 2 {
 			r := env.Step(action)
 			turn := env.Turn()
-			if r.Truncated && !r.Terminated {
-				t.Fatalf("truncated without terminated: %+v", r)
-			}
 			switch {
-			case r.Observation == noGuess(turn):
-				if r.Reward != -0.1 || !r.Terminated || r.Truncated != (turn == env.MaxTurns()) {
-					t.Fatalf("format error result %+v", r)
-				}
-			case r.Observation == turnLimit:
-				if r.Reward < 0 || r.Reward > 1 || !r.Truncated || turn < env.MaxTurns() {
-					t.Fatalf("turn limit result %+v at turn %d", r, turn)
-				}
+			case checkFormatOrLimit(t, r, turn, env.MaxTurns(), noGuess(turn), turnLimit):
 			case strings.HasPrefix(r.Observation, "Congratulations! "):
 				if r.Reward != 1 || !r.Terminated || r.Truncated {
 					t.Fatalf("win result %+v", r)

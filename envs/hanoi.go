@@ -28,13 +28,9 @@ Note that you can only move the top disk of a tower, and that a bigger disk cann
 As you play, the history of your moves will be displayed.
 `
 
-// hanoiPySpace is Python's Unicode \s (str.isspace): Go's \s is only ASCII
-// and unicode.IsSpace lacks U+001C..U+001F.
-const hanoiPySpace = `[\t-\r\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]`
-
 // hanoiMove is GEM's action pattern, anchored: two tower letters in either
 // case, optionally separated by whitespace and at most one comma.
-var hanoiMove = regexp.MustCompile(`^\\boxed\{([ABCabc])` + hanoiPySpace + `*,?` + hanoiPySpace + `*([ABCabc])\}`)
+var hanoiMove = regexp.MustCompile(`^\\boxed\{([ABCabc])` + pySpaceClass + `*,?` + pySpaceClass + `*([ABCabc])\}`)
 
 // hanoiCandidates are the (num_disks, max_turns) pairs a drawn variant picks from.
 var hanoiCandidates = [][2]int{{3, 10}, {4, 20}, {5, 35}}
@@ -51,15 +47,7 @@ func towerOfHanoiSpecs() []Spec {
 // hanoiSpec builds a registry row; params are the registered values overrides
 // apply to. ChatSuffix is empty because GEM's suffix is the live board.
 func hanoiSpec(id string, params map[string]any, maxTurns int) Spec {
-	return Spec{
-		ID:       id,
-		Family:   hanoiFamily,
-		Params:   params,
-		MaxTurns: maxTurns,
-		new: func(opts map[string]json.RawMessage) (Env, error) {
-			return newTowerOfHanoi(params, opts)
-		},
-	}
+	return gameSpec(id, hanoiFamily, "", params, maxTurns, newTowerOfHanoi)
 }
 
 // hanoiBoard holds the towers, each listed bottom to top; disk 1 is the smallest.
@@ -88,21 +76,9 @@ type towerOfHanoi struct {
 // GEM, a null num_disks or max_turns makes the env draw both at every reset,
 // and unknown keys are ignored.
 func newTowerOfHanoi(registered map[string]any, opts map[string]json.RawMessage) (Env, error) {
-	p := maps.Clone(registered)
-	for _, key := range slices.Sorted(maps.Keys(p)) { // sorted: the same bad key is reported every time
-		raw, ok := opts[key]
-		if !ok {
-			continue
-		}
-		if isNull(raw) {
-			p[key] = nil
-			continue
-		}
-		var v int
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("%w: %s: want an integer or null, got %s", ErrBadOption, key, raw)
-		}
-		p[key] = v
+	p, err := overrideIntParams(registered, opts)
+	if err != nil {
+		return nil, err
 	}
 	numDisks, disksOK := p["num_disks"].(int)
 	maxTurns, turnsOK := p["max_turns"].(int)
@@ -116,7 +92,7 @@ func newTowerOfHanoi(registered map[string]any, opts map[string]json.RawMessage)
 			return nil, fmt.Errorf("%w: %w", ErrBadOption, err)
 		}
 		if maxTurns < 1 {
-			return nil, fmt.Errorf("%w: max_turns: must be at least 1, got %d", ErrBadOption, maxTurns)
+			return nil, fmt.Errorf("%w: %w", ErrBadOption, errMaxTurns(maxTurns))
 		}
 	}
 	g := &towerOfHanoi{s: hanoiState{NumDisks: numDisks, MaxTurns: maxTurns, Random: random}}
@@ -168,13 +144,7 @@ func (g *towerOfHanoi) Step(action string) StepResult {
 	t := s.TurnCount
 	src, dst, ok := hanoiParse(action)
 	if !ok {
-		return StepResult{
-			Observation: "You did not provide a valid action.",
-			Reward:      rewardFormatError,
-			Terminated:  true,
-			Truncated:   t == s.MaxTurns, // equality, unlike the turn-limit check below
-			Info:        g.info(),
-		}
+		return formatErrorResult("You did not provide a valid action.", t, s.MaxTurns, g.info())
 	}
 	from, to := s.Board.tower(src), s.Board.tower(dst)
 	var obs string
@@ -199,13 +169,7 @@ func (g *towerOfHanoi) Step(action string) StepResult {
 		obs = fmt.Sprintf("At turn %d, you moved disk %d from tower %c to tower %c.", t, disk, src, dst)
 	}
 	if t >= s.MaxTurns {
-		return StepResult{
-			Observation: "You have reached the maximum number of turns.",
-			Reward:      float64(len(s.Board.C)) / float64(s.NumDisks), // Python's int / int true division
-			Terminated:  true,
-			Truncated:   true,
-			Info:        g.info(),
-		}
+		return turnLimitResult(turnLimitMessage, float64(len(s.Board.C))/float64(s.NumDisks), g.info()) // Python's int / int true division
 	}
 	return StepResult{Observation: obs, Reward: rewardStep, Info: g.info()}
 }
@@ -300,7 +264,7 @@ func (g *towerOfHanoi) Snapshot() json.RawMessage {
 func (g *towerOfHanoi) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return fmt.Errorf("restore %s state: %w", hanoiFamily, err)
+		return restoreError(hanoiFamily, err)
 	}
 	next := g.s
 	next.Board = g.s.Board.clone()
@@ -309,24 +273,13 @@ func (g *towerOfHanoi) Restore(state json.RawMessage) error {
 		"max_turns":  &next.MaxTurns,
 		"turn_count": &next.TurnCount,
 		"random":     &next.Random,
+		"board":      next.Board.restore,
 	}
-	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		if key == "board" {
-			if err := next.Board.restore(obj[key]); err != nil {
-				return fmt.Errorf("restore %s state: %w", hanoiFamily, err)
-			}
-			continue
-		}
-		field, ok := fields[key]
-		if !ok {
-			return fmt.Errorf("restore %s state: %s: unknown key", hanoiFamily, key)
-		}
-		if err := decodeStrict(obj[key], field); err != nil {
-			return fmt.Errorf("restore %s state: %s: %w", hanoiFamily, key, err)
-		}
+	if err := restoreFields(hanoiFamily, obj, fields); err != nil {
+		return err
 	}
 	if err := next.validate(); err != nil {
-		return fmt.Errorf("restore %s state: %w", hanoiFamily, err)
+		return restoreError(hanoiFamily, err)
 	}
 	g.s = next
 	return nil
@@ -363,9 +316,9 @@ func (s *hanoiState) validate() error {
 	}
 	switch {
 	case s.MaxTurns < 1:
-		return fmt.Errorf("max_turns: must be at least 1, got %d", s.MaxTurns)
+		return errMaxTurns(s.MaxTurns)
 	case s.TurnCount < 0:
-		return fmt.Errorf("turn_count: must not be negative, got %d", s.TurnCount)
+		return errTurnCount(s.TurnCount)
 	}
 	seen := make([]bool, s.NumDisks+1)
 	for _, name := range []byte("ABC") {

@@ -1,14 +1,9 @@
 package envs
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -104,85 +99,21 @@ var hanoiFixtureCases = map[string]struct {
 
 // TestTowerofHanoiFixtures replays the byte-exact transcripts produced by GEM's Python code.
 func TestTowerofHanoiFixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "hanoi", "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	if want := slices.Sorted(maps.Keys(hanoiFixtureCases)); !slices.Equal(names, want) {
-		t.Fatalf("fixture files %v, want %v", names, want)
-	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			fc := hanoiFixtureCases[name]
-			data, err := os.ReadFile(filepath.Join("testdata", "hanoi", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(nil, 1<<20)
-			if !sc.Scan() {
-				t.Fatal("empty fixture")
-			}
-			var reset struct {
-				Reset struct {
-					Observation string `json:"observation"`
-					Info        Info   `json:"info"`
-				} `json:"reset"`
-			}
-			decodeFixtureLine(t, sc.Bytes(), &reset)
-
-			env, err := New(fc.id, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			obs, info := env.Reset(NewRNG(7))
-			if fc.state != "" {
-				if err := env.Restore(json.RawMessage(fc.state)); err != nil {
-					t.Fatal(err)
-				}
-				obs = env.Instructions()
-			}
-			if obs != reset.Reset.Observation || env.Instructions() != obs {
-				t.Errorf("instructions:\n got %q\nwant %q", obs, reset.Reset.Observation)
-			}
-			if !maps.Equal(info, reset.Reset.Info) {
-				t.Errorf("reset info = %q, want %q", info, reset.Reset.Info)
-			}
-
-			steps := 0
-			for sc.Scan() {
-				var want struct {
-					Step        int     `json:"step"`
-					Action      string  `json:"action"`
-					Observation string  `json:"observation"`
-					Reward      float64 `json:"reward"`
-					Terminated  bool    `json:"terminated"`
-					Truncated   bool    `json:"truncated"`
-					Info        Info    `json:"info"`
-				}
-				decodeFixtureLine(t, sc.Bytes(), &want)
-				got := env.Step(want.Action)
-				if env.Turn() != want.Step {
-					t.Errorf("step %d: Turn() = %d", want.Step, env.Turn())
-				}
-				if got.Observation != want.Observation || got.Reward != want.Reward || got.Terminated != want.Terminated ||
-					got.Truncated != want.Truncated || !maps.Equal(got.Info, want.Info) {
-					t.Errorf("step %d (%q):\n got %+v\nwant %+v", want.Step, want.Action, got, want)
-				}
-				steps++
-			}
-			if err := sc.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if steps == 0 {
-				t.Error("fixture has no steps")
-			}
-		})
-	}
+	replayFixtures(t, "hanoi", hanoiFixtureCases, func(t *testing.T, fc struct{ id, state string }, reset fixtureReset) Env {
+		env := mustNew(t, fc.id)
+		obs, info := env.Reset(NewRNG(7))
+		if fc.state != "" {
+			mustRestore(t, env, fc.state)
+			obs = env.Instructions()
+		}
+		if obs != reset.Observation || env.Instructions() != obs {
+			t.Errorf("instructions:\n got %q\nwant %q", obs, reset.Observation)
+		}
+		if !maps.Equal(info, reset.Info) {
+			t.Errorf("reset info = %q, want %q", info, reset.Info)
+		}
+		return env
+	})
 }
 
 // TestTowerofHanoiBranches covers every branch of Step for every registered id.
@@ -422,10 +353,7 @@ func TestTowerofHanoiInstructions(t *testing.T) {
 		"Note that you can only move the top disk of a tower, and that a bigger disk cannot be placed on a smaller disk.\n" +
 		"As you play, the history of your moves will be displayed.\n"
 	for id, n := range map[string]int{hanoiEasy: 3, hanoiHard: 5} {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		obs, info := env.Reset(NewRNG(1))
 		want := fmt.Sprintf("You are playing Tower of Hanoi with %d disks.\n", n) + rest
 		if obs != want || env.Instructions() != want {
@@ -445,10 +373,7 @@ func TestTowerofHanoiInstructions(t *testing.T) {
 func TestTowerofHanoiRandomReset(t *testing.T) {
 	counts := map[[2]int]int{}
 	const seeds = 3000
-	env, err := New(hanoiRandom, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := mustNew(t, hanoiRandom)
 	for seed := range uint64(seeds) {
 		obs, info := env.Reset(NewRNG(seed))
 		var s hanoiState
@@ -483,25 +408,7 @@ func TestTowerofHanoiSameSeed(t *testing.T) {
 		`\boxed{A B}`, `\boxed{C A}`, `\boxed{B C}`, `\boxed{A C}`}
 	for _, id := range hanoiIDs {
 		t.Run(id, func(t *testing.T) {
-			distinct := map[string]bool{}
-			for seed := range uint64(20) {
-				a, b := newTestEnv(t, id, "", ""), newTestEnv(t, id, "", "")
-				obsA, infoA := a.Reset(NewRNG(seed))
-				obsB, infoB := b.Reset(NewRNG(seed))
-				if obsA != obsB || !maps.Equal(infoA, infoB) || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("seed %d: resets differ:\n%s\n%s", seed, a.Snapshot(), b.Snapshot())
-				}
-				distinct[string(a.Snapshot())] = true
-				for _, act := range actions {
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("seed %d: %q: %+v vs %+v", seed, act, ra, rb)
-					}
-					if ra.Done() {
-						break
-					}
-				}
-			}
+			distinct := sameSeedEpisodes(t, id, 20, func(uint64, Env) []string { return actions })
 			// Only the drawn variant has anything random.
 			if want := map[bool]int{true: len(hanoiCandidates), false: 1}[id == hanoiRandom]; len(distinct) != want {
 				t.Errorf("%d distinct episodes over 20 seeds, want %d", len(distinct), want)
@@ -517,41 +424,21 @@ func TestTowerofHanoiSnapshotRoundTrip(t *testing.T) {
 	for _, id := range hanoiIDs {
 		t.Run(id, func(t *testing.T) {
 			for seed := range uint64(10) {
-				a, err := New(id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				a := mustNew(t, id)
 				a.Reset(NewRNG(seed))
 				a.Step(`\boxed{A C}`)
 				a.Step(`\boxed{A B}`)
 				a.Step(`\boxed{B C}`) // rejected: disk 2 onto disk 1
 
-				b, err := New(id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				b := mustNew(t, id)
 				b.Reset(NewRNG(seed + 1000))
 				b.Step(`\boxed{A B}`) // different state, all overridden below
-				snap := a.Snapshot()
-				if err := b.Restore(snap); err != nil {
-					t.Fatalf("Restore(%s): %v", snap, err)
-				}
-				if !bytes.Equal(b.Snapshot(), snap) || b.Instructions() != a.Instructions() ||
-					b.Turn() != a.Turn() || b.MaxTurns() != a.MaxTurns() {
-					t.Fatalf("restored env differs:\n%s\n%s", b.Snapshot(), snap)
-				}
+				restoreCopy(t, a, b)
 				for _, m := range append(slices.Clone(moves), `\boxed{C C}`, "x", `\boxed{b,a}`) {
-					ra, rb := a.Step(m), b.Step(m)
-					if !sameResult(ra, rb) {
-						t.Fatalf("%q: %+v vs %+v", m, ra, rb)
-					}
+					stepBoth(t, a, b, m)
 				}
 				// Reset keeps the restored configuration: the same seed gives the same episode.
-				oa, _ := a.Reset(NewRNG(seed))
-				ob, _ := b.Reset(NewRNG(seed))
-				if oa != ob || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("reset after restore differs:\n%s\n%s", a.Snapshot(), b.Snapshot())
-				}
+				resetBoth(t, a, b, seed)
 			}
 		})
 	}
@@ -560,20 +447,13 @@ func TestTowerofHanoiSnapshotRoundTrip(t *testing.T) {
 func TestTowerofHanoiSnapshotKeys(t *testing.T) {
 	env := newTestEnv(t, hanoiEasy, "", "")
 	want := `{"num_disks":3,"max_turns":10,"board":{"A":[3,2,1],"B":[],"C":[]},"turn_count":0,"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after reset = %s, want %s", got, want)
-	}
+	wantSnapshot(t, env, "after reset", want)
 	env.Step(`\boxed{A C}`)
 	env.Step(`\boxed{A B}`)
 	env.Step(`\boxed{A B}`)
 	want = `{"num_disks":3,"max_turns":10,"board":{"A":[3],"B":[2],"C":[1]},"turn_count":3,"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after steps = %s, want %s", got, want)
-	}
-	random := newTestEnv(t, hanoiRandom, "", "")
-	if !strings.Contains(string(random.Snapshot()), `"random":true`) {
-		t.Errorf("random variant snapshot %s lacks random:true", random.Snapshot())
-	}
+	wantSnapshot(t, env, "after steps", want)
+	wantRandomFlag(t, hanoiRandom)
 }
 
 func TestTowerofHanoiRestore(t *testing.T) {
@@ -625,22 +505,8 @@ func TestTowerofHanoiRestore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newTestEnv(t, hanoiEasy, "", "")
-			before := env.Snapshot()
-			err := env.Restore(json.RawMessage(tt.state))
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Restore(%s): %v", tt.state, err)
-				}
-				if tt.check != nil {
-					tt.check(t, env)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Restore(%s) error = %v, want one naming %q", tt.state, err, tt.wantErr)
-			}
-			if after := env.Snapshot(); !bytes.Equal(after, before) {
-				t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
+			if wantRestore(t, env, tt.state, tt.wantErr) && tt.check != nil {
+				tt.check(t, env)
 			}
 		})
 	}
@@ -651,20 +517,11 @@ func TestTowerofHanoiRestore(t *testing.T) {
 func TestTowerofHanoiRestoreKeepsLiveBoard(t *testing.T) {
 	env := newTestEnv(t, hanoiEasy, "", "")
 	env.Step(`\boxed{A C}`)
-	before := env.Snapshot()
-	if err := env.Restore(json.RawMessage(`{"board": {"A": [1, 2]}, "turn_count": -1}`)); err == nil {
-		t.Fatal("Restore accepted a bad state")
-	}
-	if after := env.Snapshot(); !bytes.Equal(after, before) {
-		t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
-	}
+	wantRestore(t, env, `{"board": {"A": [1, 2]}, "turn_count": -1}`, "turn_count")
 }
 
 func TestTowerofHanoiRegistry(t *testing.T) {
-	want := map[string]struct {
-		params   map[string]any
-		maxTurns int
-	}{
+	want := map[string]specWant{
 		hanoiEasy:   {map[string]any{"num_disks": 3, "max_turns": 10}, 10},
 		hanoiHard:   {map[string]any{"num_disks": 5, "max_turns": 35}, 35},
 		hanoiRandom: {map[string]any{"num_disks": nil, "max_turns": nil}, 0},
@@ -678,14 +535,8 @@ func TestTowerofHanoiRegistry(t *testing.T) {
 	if !slices.Equal(got, slices.Sorted(maps.Keys(want))) {
 		t.Fatalf("registered Hanoi ids %v", got)
 	}
+	wantSpecs(t, "TowerofHanoi", "", want)
 	for id, w := range want {
-		s, err := Lookup(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Family != "TowerofHanoi" || s.MaxTurns != w.maxTurns || s.ChatSuffix != "" || !maps.Equal(s.Params, w.params) {
-			t.Errorf("%s: spec %+v", id, s)
-		}
 		env := newTestEnv(t, id, "", "")
 		if w.maxTurns != 0 && env.MaxTurns() != w.maxTurns {
 			t.Errorf("%s: MaxTurns() = %d", id, env.MaxTurns())
@@ -739,9 +590,7 @@ func TestTowerofHanoiNewOverrides(t *testing.T) {
 }
 
 func TestTowerofHanoiNewBadOption(t *testing.T) {
-	tests := []struct {
-		name, id, opts, key string
-	}{
+	tests := []badOption{
 		{"string max_turns", hanoiEasy, `{"max_turns": "6"}`, "max_turns"},
 		{"fractional num_disks", hanoiEasy, `{"num_disks": 2.5}`, "num_disks"},
 		{"zero max_turns", hanoiEasy, `{"max_turns": 0}`, "max_turns"},
@@ -751,27 +600,14 @@ func TestTowerofHanoiNewBadOption(t *testing.T) {
 		{"bad type on the random id", hanoiRandom, `{"max_turns": true}`, "max_turns"},
 		{"not an object", hanoiEasy, `[1]`, "object"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env, err := New(tt.id, json.RawMessage(tt.opts))
-			if !errors.Is(err, ErrBadOption) {
-				t.Fatalf("New(%s) = %v, %v; want ErrBadOption", tt.opts, env, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tt.key) || !strings.Contains(msg, tt.id) {
-				t.Errorf("error %q should name %q and the id", msg, tt.key)
-			}
-		})
-	}
+	wantBadOptions(t, tests)
 }
 
 // TestTowerofHanoiBeforeReset: an env used before Reset is GEM's constructed
 // env (GEM resets in the constructor), and must not panic.
 func TestTowerofHanoiBeforeReset(t *testing.T) {
 	for _, id := range hanoiIDs {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		if r := env.Step(`\boxed{A C}`); r.Observation != hanoiMoved(1, 1, "A", "C") {
 			t.Errorf("%s: first step before Reset: %+v", id, r)
 		}
@@ -789,15 +625,9 @@ func TestTowerofHanoiHugeAction(t *testing.T) {
 		`\boxed{A` + strings.Repeat("\u3000", 1<<20/3) + `B}`,                   // one long whitespace run
 		strings.Repeat(`\boxed{A `, 1<<20/9),                                    // many failing candidates
 	} {
-		done := make(chan StepResult, 1)
-		go func() { done <- newTestEnv(t, hanoiEasy, "", "").Step(action) }()
-		select {
-		case r := <-done:
-			if r.Observation != hanoiMoved(1, 1, "A", "B") && r.Observation != hanoiNoAction {
-				t.Errorf("1 MB action (%.30q...): %q", action, r.Observation)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("1 MB action (%.30q...) did not finish", action)
+		r := stepWithin(t, newTestEnv(t, hanoiEasy, "", ""), action, time.Minute)
+		if r.Observation != hanoiMoved(1, 1, "A", "B") && r.Observation != hanoiNoAction {
+			t.Errorf("1 MB action (%.30q...): %q", action, r.Observation)
 		}
 	}
 }
@@ -827,27 +657,13 @@ func FuzzTowerofHanoiStep(f *testing.F) {
 		f.Add(seed, uint64(1), uint8(0))
 	}
 	f.Fuzz(func(t *testing.T, action string, seed uint64, which uint8) {
-		env, err := New(hanoiIDs[int(which)%len(hanoiIDs)], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Reset(NewRNG(seed))
+		env := fuzzEnv(t, hanoiIDs, which, seed)
 		// Step past the turn limit to reach every branch, including the permissive after-done ones.
 		for range env.MaxTurns() + 2 {
 			r := env.Step(action)
 			turn := env.Turn()
-			if r.Truncated && !r.Terminated {
-				t.Fatalf("truncated without terminated: %+v", r)
-			}
 			switch {
-			case r.Observation == hanoiNoAction:
-				if r.Reward != -0.1 || !r.Terminated || r.Truncated != (turn == env.MaxTurns()) {
-					t.Fatalf("format error result %+v", r)
-				}
-			case r.Observation == turnLimit:
-				if r.Reward < 0 || r.Reward > 1 || !r.Truncated || turn < env.MaxTurns() {
-					t.Fatalf("turn limit result %+v at turn %d", r, turn)
-				}
+			case checkFormatOrLimit(t, r, turn, env.MaxTurns(), hanoiNoAction, turnLimit):
 			case r.Observation == hanoiWin:
 				if r.Reward != 1 || !r.Terminated || r.Truncated {
 					t.Fatalf("win result %+v", r)

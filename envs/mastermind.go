@@ -44,16 +44,7 @@ func mastermindSpecs() []Spec {
 
 // mastermindSpec builds a registry row; params are the registered values overrides apply to.
 func mastermindSpec(id string, params map[string]any, maxTurns int) Spec {
-	return Spec{
-		ID:         id,
-		Family:     mastermindFamily,
-		Params:     params,
-		MaxTurns:   maxTurns,
-		ChatSuffix: mastermindSuffix,
-		new: func(opts map[string]json.RawMessage) (Env, error) {
-			return newMastermind(params, opts)
-		},
-	}
+	return gameSpec(id, mastermindFamily, mastermindSuffix, params, maxTurns, newMastermind)
 }
 
 // mastermindState is the whole game state; its JSON form is the snapshot.
@@ -186,13 +177,7 @@ func (m *mastermind) Step(action string) StepResult {
 	t := s.TurnCount
 	pieces, ok := mastermindParseGuess(action)
 	if !ok {
-		return StepResult{
-			Observation: fmt.Sprintf("At turn %d, you did not provide a valid guess.", t),
-			Reward:      rewardFormatError,
-			Terminated:  true,
-			Truncated:   t == s.MaxTurns, // equality, unlike the turn-limit check below
-			Info:        mastermindInfo(),
-		}
+		return formatErrorResult(fmt.Sprintf("At turn %d, you did not provide a valid guess.", t), t, s.MaxTurns, mastermindInfo())
 	}
 	shown := "[" + strings.Join(pieces, ", ") + "]"
 	var guess []int
@@ -230,13 +215,7 @@ func (m *mastermind) Step(action string) StepResult {
 		obs = fmt.Sprintf("At turn %d, you guessed %s. This guess receives %d black peg(s) and %d white peg(s).", t, shown, black, white)
 	}
 	if t >= s.MaxTurns {
-		return StepResult{
-			Observation: "You have reached the maximum number of turns.",
-			Reward:      reward,
-			Terminated:  true,
-			Truncated:   true,
-			Info:        mastermindInfo(),
-		}
+		return turnLimitResult(turnLimitMessage, reward, mastermindInfo())
 	}
 	return StepResult{Observation: obs, Reward: reward, Info: mastermindInfo()}
 }
@@ -252,14 +231,14 @@ func mastermindParseGuess(action string) (pieces []string, ok bool) {
 	for inner != "" {
 		// inner alternates digit runs and whitespace runs, starting and
 		// ending with digits, so str.split() yields exactly the digit runs.
-		end := mastermindSkip(inner, mastermindIsDigit)
+		end := skipRunes(inner, isPyDigit)
 		piece, valid := pyInt(inner[:end])
 		if !valid {
 			return nil, false
 		}
 		pieces = append(pieces, piece)
 		inner = inner[end:]
-		inner = inner[mastermindSkip(inner, mastermindIsPySpace):]
+		inner = inner[skipRunes(inner, isPySpace):]
 	}
 	return pieces, true
 }
@@ -282,18 +261,18 @@ func mastermindLastBox(action string) (inner string, found bool) {
 			return inner, found
 		}
 		rest = rest[i+len(mastermindBoxOpen):]
-		n := mastermindSkip(rest, mastermindIsDigit)
+		n := skipRunes(rest, isPyDigit)
 		for n > 0 {
 			if strings.HasPrefix(rest[n:], "}") {
 				inner, found = rest[:n], true
 				rest = rest[n+1:]
 				break
 			}
-			space := mastermindSkip(rest[n:], mastermindIsPySpace)
+			space := skipRunes(rest[n:], isPySpace)
 			if space == 0 {
 				break
 			}
-			digits := mastermindSkip(rest[n+space:], mastermindIsDigit)
+			digits := skipRunes(rest[n+space:], isPyDigit)
 			if digits == 0 {
 				break
 			}
@@ -302,41 +281,6 @@ func mastermindLastBox(action string) (inner string, found bool) {
 		// A failed attempt resumes right after "\boxed{"; what it scanned
 		// holds no backslash, so no match is skipped.
 	}
-}
-
-// mastermindSkip returns the byte length of the longest prefix of s whose
-// runes satisfy in. Invalid UTF-8 decodes to U+FFFD, as in Go's regexp, and
-// satisfies neither class used here.
-func mastermindSkip(s string, in func(rune) bool) int {
-	for i, r := range s {
-		if !in(r) {
-			return i
-		}
-	}
-	return len(s)
-}
-
-// mastermindIsDigit is Python's Unicode \d: category Nd.
-func mastermindIsDigit(r rune) bool {
-	_, ok := digitValue(r)
-	return ok
-}
-
-// mastermindIsPySpace is Python's Unicode \s, which is also str.split()'s
-// separator set. Go's \s is ASCII-only and unicode.IsSpace lacks
-// U+001C..U+001F, so the set is spelled out.
-func mastermindIsPySpace(r rune) bool {
-	switch {
-	case r <= 0x20:
-		return r >= '\t' && r <= '\r' || r >= 0x1c
-	case r < 0x85:
-		return false
-	}
-	switch r {
-	case 0x85, 0xa0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200a
 }
 
 // digits converts canonical decimal pieces to digits, reporting whether all
@@ -417,7 +361,7 @@ func (m *mastermind) Snapshot() json.RawMessage {
 func (m *mastermind) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return fmt.Errorf("restore %s state: %w", mastermindFamily, err)
+		return restoreError(mastermindFamily, err)
 	}
 	// Decoding must not write into the live slices, and json reuses the
 	// backing arrays of nested slices too, so the guesses are copied deeply.
@@ -440,17 +384,11 @@ func (m *mastermind) Restore(state json.RawMessage) error {
 		"example":           &next.Example,
 		"random":            &next.Random,
 	}
-	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		field, ok := fields[key]
-		if !ok {
-			return fmt.Errorf("restore %s state: %s: unknown key", mastermindFamily, key)
-		}
-		if err := decodeStrict(obj[key], field); err != nil {
-			return fmt.Errorf("restore %s state: %s: %w", mastermindFamily, key, err)
-		}
+	if err := restoreFields(mastermindFamily, obj, fields); err != nil {
+		return err
 	}
 	if err := next.validate(); err != nil {
-		return fmt.Errorf("restore %s state: %w", mastermindFamily, err)
+		return restoreError(mastermindFamily, err)
 	}
 	m.s = next
 	return nil
@@ -465,7 +403,7 @@ func (s *mastermindState) validateParams() error {
 	case s.NumNumbers < s.CodeLength:
 		return fmt.Errorf("num_numbers: %d is less than code_length %d", s.NumNumbers, s.CodeLength)
 	case s.MaxTurns < 1:
-		return fmt.Errorf("max_turns: must be at least 1, got %d", s.MaxTurns)
+		return errMaxTurns(s.MaxTurns)
 	}
 	return nil
 }
@@ -478,7 +416,7 @@ func (s *mastermindState) validate() error {
 	}
 	switch {
 	case s.TurnCount < 0:
-		return fmt.Errorf("turn_count: must not be negative, got %d", s.TurnCount)
+		return errTurnCount(s.TurnCount)
 	case s.Milestone < 0 || s.Milestone > s.CodeLength:
 		return fmt.Errorf("milestone: %d is outside [0, %d]", s.Milestone, s.CodeLength)
 	}

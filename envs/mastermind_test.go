@@ -1,14 +1,9 @@
 package envs
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -23,26 +18,6 @@ const (
 )
 
 var mastermindIDs = []string{mastermindEasy, mastermindHard, mastermindRandom}
-
-// mastermindStep is one action and the result GEM gives for it.
-type mastermindStep struct {
-	action      string
-	obs         string
-	reward      float64
-	term, trunc bool
-}
-
-// mastermindPlay applies each action and compares the whole StepResult.
-func mastermindPlay(t *testing.T, env Env, steps []mastermindStep) {
-	t.Helper()
-	for i, s := range steps {
-		got := env.Step(s.action)
-		want := StepResult{Observation: s.obs, Reward: s.reward, Terminated: s.term, Truncated: s.trunc, Info: Info{"suffix": "Enter your guess."}}
-		if !sameResult(got, want) {
-			t.Fatalf("step %d (%.60q):\n got %+v\nwant %+v", i+1, s.action, got, want)
-		}
-	}
-}
 
 // Builders for GEM's feedback lines; g is the guess as GEM prints it.
 func mmPegs(turn int, g string, black, white int) string {
@@ -81,81 +56,15 @@ var mastermindFixtureCases = map[string]struct {
 
 // TestMastermindFixtures replays the byte-exact transcripts produced by GEM's Python code.
 func TestMastermindFixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "mastermind", "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	if want := slices.Sorted(maps.Keys(mastermindFixtureCases)); !slices.Equal(names, want) {
-		t.Fatalf("fixture files %v, want %v", names, want)
-	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			fc := mastermindFixtureCases[name]
-			data, err := os.ReadFile(filepath.Join("testdata", "mastermind", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			if !sc.Scan() {
-				t.Fatal("empty fixture")
-			}
-			var reset struct {
-				Reset struct {
-					Observation string `json:"observation"`
-					Info        Info   `json:"info"`
-				} `json:"reset"`
-			}
-			decodeFixtureLine(t, sc.Bytes(), &reset)
-
-			env, err := New(fc.id, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, info := env.Reset(NewRNG(7))
-			if info == nil || len(info) != 0 || len(reset.Reset.Info) != 0 {
-				t.Errorf("reset info = %v, fixture %v; want both empty", info, reset.Reset.Info)
-			}
-			if err := env.Restore(json.RawMessage(fc.state)); err != nil {
-				t.Fatal(err)
-			}
-			if got := env.Instructions(); got != reset.Reset.Observation {
-				t.Errorf("instructions:\n got %q\nwant %q", got, reset.Reset.Observation)
-			}
-
-			steps := 0
-			for sc.Scan() {
-				var want struct {
-					Step        int     `json:"step"`
-					Action      string  `json:"action"`
-					Observation string  `json:"observation"`
-					Reward      float64 `json:"reward"`
-					Terminated  bool    `json:"terminated"`
-					Truncated   bool    `json:"truncated"`
-					Info        Info    `json:"info"`
-				}
-				decodeFixtureLine(t, sc.Bytes(), &want)
-				got := env.Step(want.Action)
-				if env.Turn() != want.Step {
-					t.Errorf("step %d: Turn() = %d", want.Step, env.Turn())
-				}
-				wantResult := StepResult{Observation: want.Observation, Reward: want.Reward, Terminated: want.Terminated, Truncated: want.Truncated, Info: want.Info}
-				if !sameResult(got, wantResult) {
-					t.Errorf("step %d (%q):\n got %+v\nwant %+v", want.Step, want.Action, got, wantResult)
-				}
-				steps++
-			}
-			if err := sc.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if steps == 0 {
-				t.Error("fixture has no steps")
-			}
-		})
-	}
+	replayFixtures(t, "mastermind", mastermindFixtureCases, func(t *testing.T, fc struct{ id, state string }, reset fixtureReset) Env {
+		env := mustNew(t, fc.id)
+		_, info := env.Reset(NewRNG(7))
+		if info == nil || len(info) != 0 || len(reset.Info) != 0 {
+			t.Errorf("reset info = %v, fixture %v; want both empty", info, reset.Info)
+		}
+		mustRestore(t, env, fc.state)
+		return env
+	})
 }
 
 // TestMastermindBranches covers every branch of Step for every registered id.
@@ -164,19 +73,19 @@ func TestMastermindBranches(t *testing.T) {
 	const random46 = `{"code_length": 4, "num_numbers": 6, "max_turns": 20, "code": [6, 5, 4, 3], "example": [1, 2, 3, 4]}`
 	tests := []struct {
 		name, id, opts, state string
-		steps                 []mastermindStep
+		steps                 []step
 	}{
 		// -easy: 2 digits from 1..6, 10 turns.
-		{name: "easy/win on turn 1 pays the whole reward", id: mastermindEasy, state: `{"code": [3, 5]}`, steps: []mastermindStep{
+		{name: "easy/win on turn 1 pays the whole reward", id: mastermindEasy, state: `{"code": [3, 5]}`, steps: []step{
 			{`\boxed{3 5}`, mmWin("[3, 5]", 1), 1, true, false},
 		}},
-		{name: "easy/milestones then win", id: mastermindEasy, state: `{"code": [3, 5]}`, steps: []mastermindStep{
+		{name: "easy/milestones then win", id: mastermindEasy, state: `{"code": [3, 5]}`, steps: []step{
 			{`\boxed{5 3}`, mmPegs(1, "[5, 3]", 0, 2), 0, false, false},
 			{`\boxed{3 1}`, mmPegs(2, "[3, 1]", 1, 0), 0.5, false, false},
 			{`\boxed{2 5}`, mmPegs(3, "[2, 5]", 1, 0), 0, false, false}, // ties the milestone: no reward
 			{`\boxed{3 5}`, mmWin("[3, 5]", 4), 0.5, true, false},
 		}},
-		{name: "easy/every invalid message continues", id: mastermindEasy, state: `{"code": [3, 5]}`, steps: []mastermindStep{
+		{name: "easy/every invalid message continues", id: mastermindEasy, state: `{"code": [3, 5]}`, steps: []step{
 			{`\boxed{35}`, mmLength(1, "[35]", 1, 2), 0, false, false},
 			{`\boxed{1 2 3}`, mmLength(2, "[1, 2, 3]", 3, 2), 0, false, false},
 			{`\boxed{007 3 0}`, mmLength(3, "[7, 3, 0]", 3, 2), 0, false, false}, // length is checked before range
@@ -187,65 +96,65 @@ func TestMastermindBranches(t *testing.T) {
 			{`\boxed{01  2}`, mmRepeated(8, "[1, 2]"), 0, false, false},
 			{`\boxed{3 7}`, mmRange(9, "[3, 7]", 6), 0, false, false}, // invalid guesses are not recorded
 		}},
-		{name: "easy/repeated digits in a guess", id: mastermindEasy, state: `{"code": [1, 2]}`, steps: []mastermindStep{
+		{name: "easy/repeated digits in a guess", id: mastermindEasy, state: `{"code": [1, 2]}`, steps: []step{
 			{`\boxed{1 1}`, mmPegs(1, "[1, 1]", 1, 0), 0.5, false, false},
 			{`\boxed{2 2}`, mmPegs(2, "[2, 2]", 1, 0), 0, false, false},
 			{`\boxed{2 1}`, mmPegs(3, "[2, 1]", 0, 2), 0, false, false},
 		}},
-		{name: "easy/format error mid-game", id: mastermindEasy, state: `{"code": [3, 5]}`, steps: []mastermindStep{
+		{name: "easy/format error mid-game", id: mastermindEasy, state: `{"code": [3, 5]}`, steps: []step{
 			{`\boxed{1 2}`, mmPegs(1, "[1, 2]", 0, 0), 0, false, false},
 			{`\boxed{1,2}`, mmNoGuess(2), -0.1, true, false},
 		}},
-		{name: "easy/format error on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9}`, steps: []mastermindStep{
+		{name: "easy/format error on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9}`, steps: []step{
 			{`\boxed{ 1 2}`, mmNoGuess(10), -0.1, true, true},
 		}},
-		{name: "easy/length error on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9}`, steps: []mastermindStep{
+		{name: "easy/length error on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9}`, steps: []step{
 			{`\boxed{3}`, turnLimit, 0, true, true},
 		}},
-		{name: "easy/range error on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9}`, steps: []mastermindStep{
+		{name: "easy/range error on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9}`, steps: []step{
 			{`\boxed{3 9}`, turnLimit, 0, true, true},
 		}},
-		{name: "easy/repeat on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9, "previous_guesses": [[3, 1]], "milestone": 1}`, steps: []mastermindStep{
+		{name: "easy/repeat on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9, "previous_guesses": [[3, 1]], "milestone": 1}`, steps: []step{
 			{`\boxed{3 1}`, turnLimit, 0, true, true},
 		}},
-		{name: "easy/no new milestone on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9, "milestone": 1}`, steps: []mastermindStep{
+		{name: "easy/no new milestone on the last turn", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9, "milestone": 1}`, steps: []step{
 			{`\boxed{3 1}`, turnLimit, 0, true, true},
 		}},
-		{name: "easy/new milestone on the last turn keeps its reward", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9}`, steps: []mastermindStep{
+		{name: "easy/new milestone on the last turn keeps its reward", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9}`, steps: []step{
 			{`\boxed{3 1}`, turnLimit, 0.5, true, true},
 		}},
-		{name: "easy/win on the last turn beats the limit", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9, "milestone": 1}`, steps: []mastermindStep{
+		{name: "easy/win on the last turn beats the limit", id: mastermindEasy, state: `{"code": [3, 5], "turn_count": 9, "milestone": 1}`, steps: []step{
 			{`\boxed{3 5}`, mmWin("[3, 5]", 10), 0.5, true, false},
 		}},
-		{name: "easy/max_turns override", id: mastermindEasy, opts: `{"max_turns": 2}`, state: `{"code": [3, 5]}`, steps: []mastermindStep{
+		{name: "easy/max_turns override", id: mastermindEasy, opts: `{"max_turns": 2}`, state: `{"code": [3, 5]}`, steps: []step{
 			{`\boxed{1 2}`, mmPegs(1, "[1, 2]", 0, 0), 0, false, false},
 			{`\boxed{1 5}`, turnLimit, 0.5, true, true},
 		}},
 
 		// -hard: 4 digits from 1..8, 30 turns.
-		{name: "hard/quarter milestones sum to one", id: mastermindHard, state: `{"code": [1, 2, 3, 4]}`, steps: []mastermindStep{
+		{name: "hard/quarter milestones sum to one", id: mastermindHard, state: `{"code": [1, 2, 3, 4]}`, steps: []step{
 			{`\boxed{1 5 6 7}`, mmPegs(1, "[1, 5, 6, 7]", 1, 0), 0.25, false, false},
 			{`\boxed{1 2 7 8}`, mmPegs(2, "[1, 2, 7, 8]", 2, 0), 0.25, false, false},
 			{`\boxed{1 2 3 8}`, mmPegs(3, "[1, 2, 3, 8]", 3, 0), 0.25, false, false},
 			{`\boxed{4 3 2 1}`, mmPegs(4, "[4, 3, 2, 1]", 0, 4), 0, false, false},
 			{`\boxed{1 2 3 4}`, mmWin("[1, 2, 3, 4]", 5), 0.25, true, false},
 		}},
-		{name: "hard/jump of three milestones", id: mastermindHard, state: `{"code": [8, 6, 4, 2]}`, steps: []mastermindStep{
+		{name: "hard/jump of three milestones", id: mastermindHard, state: `{"code": [8, 6, 4, 2]}`, steps: []step{
 			{`\boxed{8 6 4 1}`, mmPegs(1, "[8, 6, 4, 1]", 3, 0), 0.75, false, false},
 			{`\boxed{1 2 3 5}`, mmPegs(2, "[1, 2, 3, 5]", 0, 1), 0, false, false},
 			{`\boxed{8 6 4 9}`, mmRange(3, "[8, 6, 4, 9]", 8), 0, false, false},
 			{`\boxed{8 6 4}`, mmLength(4, "[8, 6, 4]", 3, 4), 0, false, false},
 			{`\boxed{8 6 4 2}`, mmWin("[8, 6, 4, 2]", 5), 0.25, true, false},
 		}},
-		{name: "hard/format error", id: mastermindHard, state: `{"code": [1, 2, 3, 4]}`, steps: []mastermindStep{
+		{name: "hard/format error", id: mastermindHard, state: `{"code": [1, 2, 3, 4]}`, steps: []step{
 			{`\boxed{1 2 3 4 }`, mmNoGuess(1), -0.1, true, false},
 		}},
-		{name: "hard/milestone on the last turn", id: mastermindHard, state: `{"code": [1, 2, 3, 4], "turn_count": 29, "milestone": 1}`, steps: []mastermindStep{
+		{name: "hard/milestone on the last turn", id: mastermindHard, state: `{"code": [1, 2, 3, 4], "turn_count": 29, "milestone": 1}`, steps: []step{
 			{`\boxed{1 2 3 5}`, turnLimit, 0.5, true, true},
 		}},
 
 		// -random after a reset that drew (4, 6, 20).
-		{name: "random/range uses the drawn num_numbers", id: mastermindRandom, state: random46, steps: []mastermindStep{
+		{name: "random/range uses the drawn num_numbers", id: mastermindRandom, state: random46, steps: []step{
 			{`\boxed{6 5 4 7}`, mmRange(1, "[6, 5, 4, 7]", 6), 0, false, false},
 			{`\boxed{6 5}`, mmLength(2, "[6, 5]", 2, 4), 0, false, false},
 			{`\boxed{3 4 5 6}`, mmPegs(3, "[3, 4, 5, 6]", 0, 4), 0, false, false},
@@ -253,7 +162,7 @@ func TestMastermindBranches(t *testing.T) {
 		}},
 
 		// duplicate_numbers override: the code may repeat digits.
-		{name: "duplicates/pegs with repeats in code and guess", id: mastermindHard, opts: `{"duplicate_numbers": true}`, state: `{"code": [1, 1, 2, 2]}`, steps: []mastermindStep{
+		{name: "duplicates/pegs with repeats in code and guess", id: mastermindHard, opts: `{"duplicate_numbers": true}`, state: `{"code": [1, 1, 2, 2]}`, steps: []step{
 			{`\boxed{1 2 1 2}`, mmPegs(1, "[1, 2, 1, 2]", 2, 2), 0.5, false, false},
 			{`\boxed{2 2 1 1}`, mmPegs(2, "[2, 2, 1, 1]", 0, 4), 0, false, false},
 			{`\boxed{1 1 1 3}`, mmPegs(3, "[1, 1, 1, 3]", 2, 0), 0, false, false},
@@ -261,7 +170,7 @@ func TestMastermindBranches(t *testing.T) {
 		}},
 
 		// GEM does not guard against stepping after done; neither do we.
-		{name: "after done/keeps counting", id: mastermindEasy, opts: `{"max_turns": 3}`, state: `{"code": [3, 5]}`, steps: []mastermindStep{
+		{name: "after done/keeps counting", id: mastermindEasy, opts: `{"max_turns": 3}`, state: `{"code": [3, 5]}`, steps: []step{
 			{`\boxed{3 5}`, mmWin("[3, 5]", 1), 1, true, false},
 			{`\boxed{3 5}`, mmRepeated(2, "[3, 5]"), 0, false, false},
 			{`\boxed{3 1}`, turnLimit, 0, true, true}, // milestone is already 2
@@ -271,7 +180,7 @@ func TestMastermindBranches(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mastermindPlay(t, newTestEnv(t, tt.id, tt.opts, tt.state), tt.steps)
+			play(t, newTestEnv(t, tt.id, tt.opts, tt.state), suffixInfo("Enter your guess."), tt.steps)
 		})
 	}
 }
@@ -282,7 +191,7 @@ func TestMastermindRandomTurnLimit(t *testing.T) {
 	if env.MaxTurns() != 10 {
 		t.Fatalf("MaxTurns() = %d", env.MaxTurns())
 	}
-	mastermindPlay(t, env, []mastermindStep{
+	play(t, env, suffixInfo("Enter your guess."), []step{
 		{`\boxed{5 5}`, mmRange(1, "[5, 5]", 4), 0, false, false},
 		{`\boxed{1 2}`, mmPegs(2, "[1, 2]", 0, 0), 0, false, false},
 		{`\boxed{2 1}`, mmPegs(3, "[2, 1]", 0, 0), 0, false, false},
@@ -428,8 +337,8 @@ func TestMastermindIsPySpace(t *testing.T) {
 		want[r] = true
 	}
 	for r := rune(0); r <= 0x10ffff; r++ {
-		if got := mastermindIsPySpace(r); got != want[r] {
-			t.Errorf("mastermindIsPySpace(%U) = %v", r, got)
+		if got := isPySpace(r); got != want[r] {
+			t.Errorf("isPySpace(%U) = %v", r, got)
 		}
 	}
 }
@@ -504,10 +413,7 @@ func TestMastermindInstructions(t *testing.T) {
 		t.Errorf("instructions:\n got %q\nwant %q", got, want)
 	}
 	for _, id := range mastermindIDs {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		obs, info := env.Reset(NewRNG(3))
 		if obs != env.Instructions() || info == nil || len(info) != 0 {
 			t.Errorf("%s: Reset returned %q, %v; want the instructions and empty info", id, obs, info)
@@ -527,10 +433,7 @@ func TestMastermindResetDraws(t *testing.T) {
 			configs := map[[3]int]int{}
 			firsts := map[int]bool{}
 			for seed := range uint64(3000) {
-				env, err := New(id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				env := mustNew(t, id)
 				obs, _ := env.Reset(NewRNG(seed))
 				var s mastermindState
 				if err := json.Unmarshal(env.Snapshot(), &s); err != nil {
@@ -611,25 +514,7 @@ func TestMastermindSameSeed(t *testing.T) {
 		`\boxed{5 6 7 8}`, `\boxed{5 6}`, `\boxed{2 1 4 3}`, `\boxed{4 3}`, `\boxed{6 5}`}
 	for _, id := range mastermindIDs {
 		t.Run(id, func(t *testing.T) {
-			distinct := map[string]bool{}
-			for seed := range uint64(20) {
-				a, b := newTestEnv(t, id, "", ""), newTestEnv(t, id, "", "")
-				obsA, _ := a.Reset(NewRNG(seed))
-				obsB, _ := b.Reset(NewRNG(seed))
-				if obsA != obsB || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("seed %d: resets differ:\n%s\n%s", seed, a.Snapshot(), b.Snapshot())
-				}
-				distinct[string(a.Snapshot())] = true
-				for _, act := range actions {
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("seed %d: %q: %+v vs %+v", seed, act, ra, rb)
-					}
-					if ra.Done() {
-						break
-					}
-				}
-			}
+			distinct := sameSeedEpisodes(t, id, 20, func(uint64, Env) []string { return actions })
 			if len(distinct) < 2 {
 				t.Error("every seed gave the same episode")
 			}
@@ -643,42 +528,22 @@ func TestMastermindSnapshotRoundTrip(t *testing.T) {
 	for _, id := range mastermindIDs {
 		t.Run(id, func(t *testing.T) {
 			for seed := range uint64(10) {
-				a, err := New(id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				a := mustNew(t, id)
 				a.Reset(NewRNG(seed))
 				a.Step(`\boxed{1 2 3 4}`)
 				a.Step(`\boxed{2 1}`)
 				a.Step(`\boxed{1 2}`)
 
-				b, err := New(id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				b := mustNew(t, id)
 				b.Reset(NewRNG(seed + 1000)) // different hidden state, all overridden below
-				snap := a.Snapshot()
-				if err := b.Restore(snap); err != nil {
-					t.Fatalf("Restore(%s): %v", snap, err)
-				}
-				if !bytes.Equal(b.Snapshot(), snap) || b.Instructions() != a.Instructions() ||
-					b.Turn() != a.Turn() || b.MaxTurns() != a.MaxTurns() {
-					t.Fatalf("restored env differs:\n%s\n%s", b.Snapshot(), snap)
-				}
+				restoreCopy(t, a, b)
 				for x := 1; x <= 8; x++ {
 					for _, act := range []string{fmt.Sprintf(`\boxed{%d %d}`, x, 9-x), fmt.Sprintf(`\boxed{%d %d %d %d}`, x, x%8+1, (x+1)%8+1, (x+2)%8+1)} {
-						ra, rb := a.Step(act), b.Step(act)
-						if !sameResult(ra, rb) {
-							t.Fatalf("%q: %+v vs %+v", act, ra, rb)
-						}
+						stepBoth(t, a, b, act)
 					}
 				}
 				// Reset keeps the restored configuration: the same seed gives the same episode.
-				oa, _ := a.Reset(NewRNG(seed))
-				ob, _ := b.Reset(NewRNG(seed))
-				if oa != ob || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("reset after restore differs:\n%s\n%s", a.Snapshot(), b.Snapshot())
-				}
+				resetBoth(t, a, b, seed)
 			}
 		})
 	}
@@ -687,20 +552,13 @@ func TestMastermindSnapshotRoundTrip(t *testing.T) {
 func TestMastermindSnapshotKeys(t *testing.T) {
 	env := newTestEnv(t, mastermindEasy, "", `{"code": [3, 5], "example": [4, 1]}`)
 	want := `{"code_length":2,"num_numbers":6,"max_turns":10,"duplicate_numbers":false,"code":[3,5],"turn_count":0,"previous_guesses":[],"milestone":0,"example":[4,1],"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after reset = %s, want %s", got, want)
-	}
+	wantSnapshot(t, env, "after reset", want)
 	env.Step(`\boxed{3 1}`)
 	env.Step(`\boxed{3 9}`)
 	env.Step(`\boxed{5 3}`)
 	want = `{"code_length":2,"num_numbers":6,"max_turns":10,"duplicate_numbers":false,"code":[3,5],"turn_count":3,"previous_guesses":[[3,1],[5,3]],"milestone":1,"example":[4,1],"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after steps = %s, want %s", got, want)
-	}
-	random := newTestEnv(t, mastermindRandom, "", "")
-	if !strings.Contains(string(random.Snapshot()), `"random":true`) {
-		t.Errorf("random variant snapshot %s lacks random:true", random.Snapshot())
-	}
+	wantSnapshot(t, env, "after steps", want)
+	wantRandomFlag(t, mastermindRandom)
 }
 
 func TestMastermindRestore(t *testing.T) {
@@ -712,7 +570,7 @@ func TestMastermindRestore(t *testing.T) {
 		check   func(t *testing.T, env Env)
 	}{
 		{name: "partial code only", state: `{"code": [6, 1]}`, check: func(t *testing.T, env Env) {
-			mastermindPlay(t, env, []mastermindStep{{`\boxed{6 1}`, mmWin("[6, 1]", 1), 1, true, false}})
+			play(t, env, suffixInfo("Enter your guess."), []step{{`\boxed{6 1}`, mmWin("[6, 1]", 1), 1, true, false}})
 		}},
 		{name: "example re-renders instructions", state: `{"example": [6, 5]}`, check: func(t *testing.T, env Env) {
 			if !strings.Contains(env.Instructions(), `for example, \boxed{6 5}.`) {
@@ -723,7 +581,7 @@ func TestMastermindRestore(t *testing.T) {
 			if env.Turn() != 8 {
 				t.Errorf("Turn() = %d", env.Turn())
 			}
-			mastermindPlay(t, env, []mastermindStep{
+			play(t, env, suffixInfo("Enter your guess."), []step{
 				{`\boxed{2 5}`, mmRepeated(9, "[2, 5]"), 0, false, false},
 				{`\boxed{3 5}`, mmWin("[3, 5]", 10), 0.5, true, false},
 			})
@@ -732,10 +590,10 @@ func TestMastermindRestore(t *testing.T) {
 			if env.MaxTurns() != 1 || !strings.Contains(env.Instructions(), "secret 3 digit code within 1 turns.\nThe code consists of digits from 1 to 3 ") {
 				t.Errorf("MaxTurns() = %d, instructions: %s", env.MaxTurns(), env.Instructions())
 			}
-			mastermindPlay(t, env, []mastermindStep{{`\boxed{3 2 1}`, turnLimit, 1.0 / 3, true, true}})
+			play(t, env, suffixInfo("Enter your guess."), []step{{`\boxed{3 2 1}`, turnLimit, 1.0 / 3, true, true}})
 		}},
 		{name: "duplicates allow a repeating code", state: `{"duplicate_numbers": true, "code": [2, 2]}`, check: func(t *testing.T, env Env) {
-			mastermindPlay(t, env, []mastermindStep{{`\boxed{2 2}`, mmWin("[2, 2]", 1), 1, true, false}})
+			play(t, env, suffixInfo("Enter your guess."), []step{{`\boxed{2 2}`, mmWin("[2, 2]", 1), 1, true, false}})
 		}},
 		{name: "empty object", state: `{}`},
 		{name: "null", state: `null`},
@@ -768,22 +626,8 @@ func TestMastermindRestore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newTestEnv(t, mastermindEasy, "", base)
-			before := env.Snapshot()
-			err := env.Restore(json.RawMessage(tt.state))
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Restore(%s): %v", tt.state, err)
-				}
-				if tt.check != nil {
-					tt.check(t, env)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Restore(%s) error = %v, want one naming %q", tt.state, err, tt.wantErr)
-			}
-			if after := env.Snapshot(); !bytes.Equal(after, before) {
-				t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
+			if wantRestore(t, env, tt.state, tt.wantErr) && tt.check != nil {
+				tt.check(t, env)
 			}
 		})
 	}
@@ -794,14 +638,7 @@ func TestMastermindRestore(t *testing.T) {
 func TestMastermindRestoreKeepsLiveState(t *testing.T) {
 	env := newTestEnv(t, mastermindHard, "", `{"code": [1, 2, 3, 4], "example": [5, 6, 7, 8]}`)
 	env.Step(`\boxed{1 5 6 7}`)
-	before := env.Snapshot()
-	err := env.Restore(json.RawMessage(`{"code": [4, 3, 2, 1], "example": [8, 7, 6, 5], "previous_guesses": [[2, 2, 2, 2]], "turn_count": -1}`))
-	if err == nil {
-		t.Fatal("Restore accepted a negative turn count")
-	}
-	if after := env.Snapshot(); !bytes.Equal(after, before) {
-		t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
-	}
+	wantRestore(t, env, `{"code": [4, 3, 2, 1], "example": [8, 7, 6, 5], "previous_guesses": [[2, 2, 2, 2]], "turn_count": -1}`, "turn_count")
 }
 
 func TestMastermindNewOverrides(t *testing.T) {
@@ -852,9 +689,7 @@ func TestMastermindNewOverrides(t *testing.T) {
 }
 
 func TestMastermindNewBadOption(t *testing.T) {
-	tests := []struct {
-		name, id, opts, key string
-	}{
+	tests := []badOption{
 		{"string max_turns", mastermindEasy, `{"max_turns": "6"}`, "max_turns"},
 		{"zero max_turns", mastermindEasy, `{"max_turns": 0}`, "max_turns"},
 		{"zero code_length", mastermindHard, `{"code_length": 0}`, "code_length"},
@@ -866,37 +701,16 @@ func TestMastermindNewBadOption(t *testing.T) {
 		{"bad type on the random id", mastermindRandom, `{"code_length": "x"}`, "code_length"},
 		{"not an object", mastermindEasy, `[1]`, "object"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env, err := New(tt.id, json.RawMessage(tt.opts))
-			if !errors.Is(err, ErrBadOption) {
-				t.Fatalf("New(%s) = %v, %v; want ErrBadOption", tt.opts, env, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tt.key) || !strings.Contains(msg, tt.id) {
-				t.Errorf("error %q should name %q and the id", msg, tt.key)
-			}
-		})
-	}
+	wantBadOptions(t, tests)
 }
 
 func TestMastermindSpecs(t *testing.T) {
-	want := map[string]struct {
-		params   map[string]any
-		maxTurns int
-	}{
+	want := map[string]specWant{
 		mastermindEasy:   {map[string]any{"code_length": 2, "num_numbers": 6, "max_turns": 10, "duplicate_numbers": false}, 10},
 		mastermindHard:   {map[string]any{"code_length": 4, "num_numbers": 8, "max_turns": 30, "duplicate_numbers": false}, 30},
 		mastermindRandom: {map[string]any{"code_length": nil, "num_numbers": nil, "max_turns": nil, "duplicate_numbers": false}, 0},
 	}
-	for id, w := range want {
-		s, err := Lookup(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Family != "Mastermind" || s.MaxTurns != w.maxTurns || s.ChatSuffix != "Enter your guess." || !maps.Equal(s.Params, w.params) {
-			t.Errorf("%s: spec %+v", id, s)
-		}
-	}
+	wantSpecs(t, "Mastermind", "Enter your guess.", want)
 	for _, id := range IDs() {
 		if strings.HasPrefix(id, "game:Mastermind") && !slices.Contains(mastermindIDs, id) {
 			t.Errorf("unexpected id %s", id)
@@ -908,10 +722,7 @@ func TestMastermindSpecs(t *testing.T) {
 // fixed-size one is already in a valid state.
 func TestMastermindBeforeReset(t *testing.T) {
 	for _, id := range mastermindIDs {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		_ = env.Instructions()
 		if id != mastermindRandom {
 			if err := env.Restore(env.Snapshot()); err != nil {
@@ -940,15 +751,8 @@ func TestMastermindHugeAction(t *testing.T) {
 	for name, action := range actions {
 		t.Run(name, func(t *testing.T) {
 			env := newTestEnv(t, mastermindHard, "", `{"code": [1, 2, 3, 4]}`)
-			done := make(chan StepResult, 1)
-			go func() { done <- env.Step(action) }()
-			select {
-			case r := <-done:
-				if r.Observation == "" || !r.Terminated && r.Reward != 0 {
-					t.Errorf("result %.80q %v", r.Observation, r.Reward)
-				}
-			case <-time.After(60 * time.Second):
-				t.Fatal("Step on a 1 MB action did not finish")
+			if r := stepWithin(t, env, action, time.Minute); r.Observation == "" || !r.Terminated && r.Reward != 0 {
+				t.Errorf("result %.80q %v", r.Observation, r.Reward)
 			}
 		})
 	}
@@ -967,11 +771,7 @@ func FuzzMastermindStep(f *testing.F) {
 		f.Add(seed, uint64(1), uint8(0))
 	}
 	f.Fuzz(func(t *testing.T, action string, seed uint64, which uint8) {
-		env, err := New(mastermindIDs[int(which)%len(mastermindIDs)], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Reset(NewRNG(seed))
+		env := fuzzEnv(t, mastermindIDs, which, seed)
 		var s mastermindState
 		if err := json.Unmarshal(env.Snapshot(), &s); err != nil {
 			t.Fatal(err)
@@ -987,18 +787,8 @@ func FuzzMastermindStep(f *testing.F) {
 			}
 			r := env.Step(act)
 			turn := env.Turn()
-			if r.Truncated && !r.Terminated {
-				t.Fatalf("truncated without terminated: %+v", r)
-			}
 			switch {
-			case r.Observation == mmNoGuess(turn):
-				if r.Reward != -0.1 || !r.Terminated || r.Truncated != (turn == env.MaxTurns()) {
-					t.Fatalf("format error result %+v", r)
-				}
-			case r.Observation == turnLimit:
-				if r.Reward < 0 || r.Reward > 1 || !r.Truncated || turn < env.MaxTurns() {
-					t.Fatalf("turn limit result %+v at turn %d", r, turn)
-				}
+			case checkFormatOrLimit(t, r, turn, env.MaxTurns(), mmNoGuess(turn), turnLimit):
 			case r.Observation == mmWin(mastermindList(s.Code), turn):
 				if r.Reward < 0 || r.Reward > 1 || !r.Terminated || r.Truncated || total+r.Reward != 1 {
 					t.Fatalf("win result %+v after total %v", r, total)

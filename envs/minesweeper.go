@@ -3,12 +3,10 @@ package envs
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -47,15 +45,7 @@ func minesweeperSpecs() []Spec {
 // minesweeperSpec builds a registry row. The chat suffix is empty because
 // GEM's suffix is the dynamic board, which is not known when the row is built.
 func minesweeperSpec(id string, params map[string]any, maxTurns int) Spec {
-	return Spec{
-		ID:       id,
-		Family:   minesweeperFamily,
-		Params:   params,
-		MaxTurns: maxTurns,
-		new: func(opts map[string]json.RawMessage) (Env, error) {
-			return newMinesweeper(params, opts)
-		},
-	}
+	return gameSpec(id, minesweeperFamily, "", params, maxTurns, newMinesweeper)
 }
 
 // minesweeperCell is a (row, col) pair; it is a two-element JSON array.
@@ -116,21 +106,9 @@ type minesweeper struct {
 // GEM, a null parameter makes the env draw all four at every reset, and
 // unknown keys are ignored.
 func newMinesweeper(registered map[string]any, opts map[string]json.RawMessage) (Env, error) {
-	p := maps.Clone(registered)
-	for _, key := range slices.Sorted(maps.Keys(p)) { // sorted: the same bad key is reported every time
-		raw, ok := opts[key]
-		if !ok {
-			continue
-		}
-		if isNull(raw) {
-			p[key] = nil
-			continue
-		}
-		var v int
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("%w: %s: want an integer or null, got %s", ErrBadOption, key, raw)
-		}
-		p[key] = v
+	p, err := overrideIntParams(registered, opts)
+	if err != nil {
+		return nil, err
 	}
 	rows, rowsOK := p["rows"].(int)
 	cols, colsOK := p["cols"].(int)
@@ -190,13 +168,7 @@ func (g *minesweeper) Step(action string) StepResult {
 	t := s.Turn
 	word, rowText, colText, ok := parseMinesweeperAction(action)
 	if !ok {
-		return StepResult{
-			Observation: fmt.Sprintf("At turn %d, you did not provide a valid guess.", t),
-			Reward:      rewardFormatError,
-			Terminated:  true,
-			Truncated:   t == s.MaxTurns, // equality, unlike the turn-limit check below
-			Info:        g.info(),
-		}
+		return formatErrorResult(fmt.Sprintf("At turn %d, you did not provide a valid guess.", t), t, s.MaxTurns, g.info())
 	}
 	row, rowErr := strconv.Atoi(rowText)
 	col, colErr := strconv.Atoi(colText)
@@ -250,13 +222,7 @@ func (g *minesweeper) Step(action string) StepResult {
 		obs = fmt.Sprintf("At turn %d, you chose an invalid action '%s'. Valid actions are 'reveal' or 'flag'.", t, word)
 	}
 	if t >= s.MaxTurns {
-		return StepResult{
-			Observation: "You have reached the maximum number of turns.",
-			Reward:      reward,
-			Terminated:  true,
-			Truncated:   true,
-			Info:        g.info(),
-		}
+		return turnLimitResult(turnLimitMessage, reward, g.info())
 	}
 	return StepResult{Observation: obs, Reward: reward, Info: g.info()}
 }
@@ -306,13 +272,15 @@ func minesweeperMatchAt(s string) (word, row, col string, ok bool) {
 	if s, ok = minesweeperSkipSpace(s); !ok {
 		return "", "", "", false
 	}
-	if row, s = minesweeperDigits(s); row == "" {
+	n = skipRunes(s, isPyDigit)
+	if row, s = s[:n], s[n:]; row == "" {
 		return "", "", "", false
 	}
 	if s, ok = minesweeperSkipSpace(s); !ok {
 		return "", "", "", false
 	}
-	if col, s = minesweeperDigits(s); col == "" || !strings.HasPrefix(s, "}") {
+	n = skipRunes(s, isPyDigit)
+	if col, s = s[:n], s[n:]; col == "" || !strings.HasPrefix(s, "}") {
 		return "", "", "", false
 	}
 	return word, row, col, true
@@ -321,34 +289,10 @@ func minesweeperMatchAt(s string) (word, row, col string, ok bool) {
 // minesweeperSkipSpace consumes exactly one Python whitespace character.
 func minesweeperSkipSpace(s string) (rest string, ok bool) {
 	r, size := utf8.DecodeRuneInString(s)
-	if !minesweeperIsSpace(r) {
+	if !isPySpace(r) {
 		return s, false
 	}
 	return s[size:], true
-}
-
-// minesweeperIsSpace is Python's Unicode \s: Go's \s is ASCII-only and
-// unicode.IsSpace lacks U+001C..U+001F.
-func minesweeperIsSpace(r rune) bool {
-	switch {
-	case r >= '\t' && r <= '\r', r >= 0x1c && r <= 0x20, r == 0x85, r == 0xa0, r == 0x1680,
-		r >= 0x2000 && r <= 0x200a, r == 0x2028, r == 0x2029, r == 0x202f, r == 0x205f, r == 0x3000:
-		return true
-	}
-	return false
-}
-
-// minesweeperDigits splits off the leading run of Unicode decimal digits (\p{Nd}).
-func minesweeperDigits(s string) (digits, rest string) {
-	n := 0
-	for n < len(s) {
-		r, size := utf8.DecodeRuneInString(s[n:])
-		if !unicode.Is(unicode.Nd, r) {
-			break
-		}
-		n += size
-	}
-	return s[:n], s[n:]
 }
 
 // placeMines fixes the layout at the first in-bounds reveal: an injected
@@ -472,7 +416,7 @@ func (g *minesweeper) Snapshot() json.RawMessage {
 func (g *minesweeper) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return fmt.Errorf("restore %s state: %w", minesweeperFamily, err)
+		return restoreError(minesweeperFamily, err)
 	}
 	next := g.s
 	// Decoding must not write into the live slices.
@@ -495,17 +439,11 @@ func (g *minesweeper) Restore(state json.RawMessage) error {
 		"flag_example":   &next.FlagExample,
 		"random":         &next.Random,
 	}
-	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		field, ok := fields[key]
-		if !ok {
-			return fmt.Errorf("restore %s state: %s: unknown key", minesweeperFamily, key)
-		}
-		if err := decodeStrict(obj[key], field); err != nil {
-			return fmt.Errorf("restore %s state: %s: %w", minesweeperFamily, key, err)
-		}
+	if err := restoreFields(minesweeperFamily, obj, fields); err != nil {
+		return err
 	}
 	if err := next.validate(); err != nil {
-		return fmt.Errorf("restore %s state: %w", minesweeperFamily, err)
+		return restoreError(minesweeperFamily, err)
 	}
 	// Canonical row-major order, so the snapshot does not depend on how the
 	// caller listed the cells.
@@ -533,7 +471,7 @@ func (s *minesweeperState) validateConfig() error {
 	case s.NumMines > s.Rows*s.Cols-min(s.Rows, 3)*min(s.Cols, 3):
 		return fmt.Errorf("num_mines: %d do not fit outside a first reveal's 3x3 block on %dx%d", s.NumMines, s.Rows, s.Cols)
 	case s.MaxTurns < 1:
-		return fmt.Errorf("max_turns: must be at least 1, got %d", s.MaxTurns)
+		return errMaxTurns(s.MaxTurns)
 	}
 	return nil
 }
@@ -547,7 +485,7 @@ func (s *minesweeperState) validate() error {
 	n := s.Rows * s.Cols
 	switch {
 	case s.Turn < 0:
-		return fmt.Errorf("turn_count: must not be negative, got %d", s.Turn)
+		return errTurnCount(s.Turn)
 	case !s.inBounds(s.RevealExample):
 		return fmt.Errorf("reveal_example: %v is outside the %dx%d board", s.RevealExample, s.Rows, s.Cols)
 	case !s.inBounds(s.FlagExample):

@@ -1,16 +1,10 @@
 package envs
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,8 +48,8 @@ func TestMinesweeperIsSpace(t *testing.T) {
 	class := regexp.MustCompile(`^` + msSpace + `$`)
 	for r := rune(0); r <= 0x10ffff; r++ {
 		want := r <= 0x3000 && class.MatchString(string(r))
-		if got := minesweeperIsSpace(r); got != want {
-			t.Errorf("minesweeperIsSpace(%U) = %v, want %v", r, got, want)
+		if got := isPySpace(r); got != want {
+			t.Errorf("isPySpace(%U) = %v, want %v", r, got, want)
 		}
 	}
 }
@@ -70,86 +64,22 @@ var msFixtureCases = map[string]struct{ id, opts, state string }{
 
 // TestMinesweeperFixtures replays the byte-exact transcripts produced by GEM's Python code.
 func TestMinesweeperFixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "minesweeper", "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	if want := slices.Sorted(maps.Keys(msFixtureCases)); !slices.Equal(names, want) {
-		t.Fatalf("fixture files %v, want %v", names, want)
-	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			fc := msFixtureCases[name]
-			data, err := os.ReadFile(filepath.Join("testdata", "minesweeper", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(nil, 1<<20)
-			if !sc.Scan() {
-				t.Fatal("empty fixture")
-			}
-			var reset struct {
-				Reset struct {
-					Observation string `json:"observation"`
-					Info        Info   `json:"info"`
-				} `json:"reset"`
-			}
-			decodeFixtureLine(t, sc.Bytes(), &reset)
-
-			var opts json.RawMessage
-			if fc.opts != "" {
-				opts = json.RawMessage(fc.opts)
-			}
-			env, err := New(fc.id, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, info := env.Reset(NewRNG(7))
-			if !maps.Equal(info, reset.Reset.Info) {
-				t.Errorf("reset info = %q, want %q", info, reset.Reset.Info)
-			}
-			if err := env.Restore(json.RawMessage(fc.state)); err != nil {
-				t.Fatal(err)
-			}
-			if got := env.Instructions(); got != reset.Reset.Observation {
-				t.Errorf("instructions:\n got %q\nwant %q", got, reset.Reset.Observation)
-			}
-
-			steps := 0
-			for sc.Scan() {
-				var want struct {
-					Step        int     `json:"step"`
-					Action      string  `json:"action"`
-					Observation string  `json:"observation"`
-					Reward      float64 `json:"reward"`
-					Terminated  bool    `json:"terminated"`
-					Truncated   bool    `json:"truncated"`
-					Info        Info    `json:"info"`
-				}
-				decodeFixtureLine(t, sc.Bytes(), &want)
-				got := env.Step(want.Action)
-				if env.Turn() != want.Step {
-					t.Errorf("step %d: Turn() = %d", want.Step, env.Turn())
-				}
-				if got.Observation != want.Observation || got.Reward != want.Reward || got.Terminated != want.Terminated ||
-					got.Truncated != want.Truncated || !maps.Equal(got.Info, want.Info) {
-					t.Errorf("step %d (%q):\n got %+v\nwant %+v", want.Step, want.Action, got, want)
-				}
-				steps++
-			}
-			if err := sc.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if steps == 0 {
-				t.Error("fixture has no steps")
-			}
-		})
-	}
+	replayFixtures(t, "minesweeper", msFixtureCases, func(t *testing.T, fc struct{ id, opts, state string }, reset fixtureReset) Env {
+		var opts json.RawMessage
+		if fc.opts != "" {
+			opts = json.RawMessage(fc.opts)
+		}
+		env, err := New(fc.id, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, info := env.Reset(NewRNG(7))
+		if !maps.Equal(info, reset.Info) {
+			t.Errorf("reset info = %q, want %q", info, reset.Info)
+		}
+		mustRestore(t, env, fc.state)
+		return env
+	})
 }
 
 // msStep is one action and the result GEM gives for it; board, when set, is
@@ -506,10 +436,7 @@ func msSnapshot(t testing.TB, env Env) minesweeperState {
 func TestMinesweeperRandomReset(t *testing.T) {
 	sizes := map[int]int{}
 	for seed := range uint64(2000) {
-		env, err := New(msRandom, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, msRandom)
 		obs, info := env.Reset(NewRNG(seed))
 		s := msSnapshot(t, env)
 		n := s.Rows
@@ -620,21 +547,8 @@ func TestMinesweeperSameSeed(t *testing.T) {
 		t.Run(id, func(t *testing.T) {
 			distinct := map[string]bool{}
 			for seed := range uint64(20) {
-				a, b := newTestEnv(t, id, "", ""), newTestEnv(t, id, "", "")
-				obsA, infoA := a.Reset(NewRNG(seed))
-				obsB, infoB := b.Reset(NewRNG(seed))
-				if obsA != obsB || !maps.Equal(infoA, infoB) || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("seed %d: resets differ:\n%s\n%s", seed, a.Snapshot(), b.Snapshot())
-				}
-				for _, act := range actions {
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("seed %d: %q: %+v vs %+v", seed, act, ra, rb)
-					}
-					if ra.Done() {
-						break
-					}
-				}
+				a, b := resetPair(t, id, seed)
+				stepBothUntilDone(t, a, b, actions)
 				distinct[string(a.Snapshot())] = true
 			}
 			if len(distinct) < 2 {
@@ -659,30 +573,16 @@ func TestMinesweeperSnapshotRoundTrip(t *testing.T) {
 					}
 					b := newTestEnv(t, id, "", "")
 					b.Reset(NewRNG(seed + 1000)) // different hidden state, all overridden below
-					snap := a.Snapshot()
-					if err := b.Restore(snap); err != nil {
-						t.Fatalf("Restore(%s): %v", snap, err)
-					}
-					if !bytes.Equal(b.Snapshot(), snap) || b.Instructions() != a.Instructions() ||
-						b.Turn() != a.Turn() || b.MaxTurns() != a.MaxTurns() {
-						t.Fatalf("restored env differs:\n%s\n%s", b.Snapshot(), snap)
-					}
+					restoreCopy(t, a, b)
 					for r := range 5 {
 						for c := range 5 {
 							for _, act := range []string{msReveal(r, c), msFlag(c, r)} {
-								ra, rb := a.Step(act), b.Step(act)
-								if !sameResult(ra, rb) {
-									t.Fatalf("seed %d, %q: %+v vs %+v", seed, act, ra, rb)
-								}
+								stepBoth(t, a, b, act)
 							}
 						}
 					}
 					// Reset keeps the restored configuration: the same seed gives the same episode.
-					oa, _ := a.Reset(NewRNG(seed))
-					ob, _ := b.Reset(NewRNG(seed))
-					if oa != ob || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-						t.Fatalf("reset after restore differs:\n%s\n%s", a.Snapshot(), b.Snapshot())
-					}
+					resetBoth(t, a, b, seed)
 				}
 			})
 		}
@@ -694,16 +594,12 @@ func TestMinesweeperSnapshotKeys(t *testing.T) {
 		`{"mine_order": [7,6,5,4,3,2,1,0], "reveal_example": [1,2], "flag_example": [0,3]}`)
 	want := `{"rows":2,"cols":4,"num_mines":1,"max_turns":5,"turn_count":0,"first_reveal":true,"mines":[],"revealed":[],"flagged":[],` +
 		`"mine_order":[7,6,5,4,3,2,1,0],"reveal_example":[1,2],"flag_example":[0,3],"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after reset = %s, want %s", got, want)
-	}
+	wantSnapshot(t, env, "after reset", want)
 	env.Step(msFlag(1, 0))
 	env.Step(msReveal(0, 0)) // mine at cell 7 = (1, 3); the flag at (1, 0) stays hidden
 	want = `{"rows":2,"cols":4,"num_mines":1,"max_turns":5,"turn_count":2,"first_reveal":false,"mines":[[1,3]],"revealed":[[0,0],[0,1],[0,2],[1,1],[1,2]],"flagged":[[1,0]],` +
 		`"mine_order":[7,6,5,4,3,2,1,0],"reveal_example":[1,2],"flag_example":[0,3],"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after steps = %s, want %s", got, want)
-	}
+	wantSnapshot(t, env, "after steps", want)
 	if !msSnapshot(t, newTestEnv(t, msRandom, "", "")).Random {
 		t.Error("random variant snapshot lacks random:true")
 	}
@@ -779,44 +675,21 @@ func TestMinesweeperRestore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newTestEnv(t, msEasy, "", msLayout)
-			before := env.Snapshot()
-			err := env.Restore(json.RawMessage(tt.state))
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Restore(%s): %v", tt.state, err)
-				}
-				if tt.check != nil {
-					tt.check(t, env)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Restore(%s) error = %v, want one naming %q", tt.state, err, tt.wantErr)
-			}
-			if after := env.Snapshot(); !bytes.Equal(after, before) {
-				t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
+			if wantRestore(t, env, tt.state, tt.wantErr) && tt.check != nil {
+				tt.check(t, env)
 			}
 		})
 	}
 }
 
 func TestMinesweeperSpecs(t *testing.T) {
-	want := map[string]struct {
-		params   map[string]any
-		maxTurns int
-	}{
+	want := map[string]specWant{
 		msEasy:   {map[string]any{"rows": 5, "cols": 5, "num_mines": 5, "max_turns": 25}, 25},
 		msHard:   {map[string]any{"rows": 8, "cols": 8, "num_mines": 12, "max_turns": 64}, 64},
 		msRandom: {map[string]any{"rows": nil, "cols": nil, "num_mines": nil, "max_turns": nil}, 0},
 	}
+	wantSpecs(t, "Minesweeper", "", want)
 	for id, w := range want {
-		s, err := Lookup(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Family != "Minesweeper" || s.MaxTurns != w.maxTurns || s.ChatSuffix != "" || !maps.Equal(s.Params, w.params) {
-			t.Errorf("%s: spec %+v", id, s)
-		}
 		env := newTestEnv(t, id, "", "")
 		if st := msSnapshot(t, env); id != msRandom && (st.Rows != w.params["rows"] || st.NumMines != w.params["num_mines"] || env.MaxTurns() != w.maxTurns) {
 			t.Errorf("%s: state %s", id, env.Snapshot())
@@ -865,37 +738,23 @@ func TestMinesweeperNewOptions(t *testing.T) {
 			}
 		})
 	}
-	bad := []struct{ name, opts, key string }{
-		{"string rows", `{"rows": "5"}`, "rows"},
-		{"fractional cols", `{"cols": 2.5}`, "cols"},
-		{"zero rows", `{"rows": 0}`, "rows"},
-		{"huge board", `{"rows": 100000, "cols": 100000}`, "rows"},
-		{"negative mines", `{"num_mines": -1}`, "num_mines"},
-		{"historical 3x3 with a mine could hang", `{"rows": 3, "cols": 3, "num_mines": 1}`, "num_mines"},
-		{"zero max_turns", `{"max_turns": 0}`, "max_turns"},
-		{"not an object", `[1]`, "object"},
-	}
-	for _, tt := range bad {
-		t.Run(tt.name, func(t *testing.T) {
-			env, err := New(msEasy, json.RawMessage(tt.opts))
-			if !errors.Is(err, ErrBadOption) {
-				t.Fatalf("New(%s) = %v, %v; want ErrBadOption", tt.opts, env, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tt.key) || !strings.Contains(msg, msEasy) {
-				t.Errorf("error %q should name %q and the id", msg, tt.key)
-			}
-		})
-	}
+	wantBadOptions(t, []badOption{
+		{"string rows", msEasy, `{"rows": "5"}`, "rows"},
+		{"fractional cols", msEasy, `{"cols": 2.5}`, "cols"},
+		{"zero rows", msEasy, `{"rows": 0}`, "rows"},
+		{"huge board", msEasy, `{"rows": 100000, "cols": 100000}`, "rows"},
+		{"negative mines", msEasy, `{"num_mines": -1}`, "num_mines"},
+		{"historical 3x3 with a mine could hang", msEasy, `{"rows": 3, "cols": 3, "num_mines": 1}`, "num_mines"},
+		{"zero max_turns", msEasy, `{"max_turns": 0}`, "max_turns"},
+		{"not an object", msEasy, `[1]`, "object"},
+	})
 }
 
 // TestMinesweeperBeforeReset: an env used before Reset must not panic, and a
 // fixed-size one plays a valid (if not random) game.
 func TestMinesweeperBeforeReset(t *testing.T) {
 	for _, id := range msIDs {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		for _, act := range []string{msFlag(0, 0), msReveal(0, 0), msReveal(4, 4), "x", msReveal(2, 2)} {
 			env.Step(act)
 		}
@@ -920,13 +779,8 @@ func TestMinesweeperHugeAction(t *testing.T) {
 	wants := []string{msAdded(1, 0, 0), noGuess(1), noGuess(1), noGuess(1)}
 	for i, act := range actions {
 		env := newTestEnv(t, msEasy, "", msLayout)
-		start := time.Now()
-		got := env.Step(act)
-		if got.Observation != wants[i] {
+		if got := stepWithin(t, env, act, 10*time.Second); got.Observation != wants[i] {
 			t.Errorf("action %d: %q, want %q", i, got.Observation, wants[i])
-		}
-		if d := time.Since(start); d > 10*time.Second {
-			t.Errorf("action %d took %v", i, d)
 		}
 	}
 }
@@ -943,26 +797,12 @@ func FuzzMinesweeperStep(f *testing.F) {
 		f.Add(seed, uint64(1), uint8(0))
 	}
 	f.Fuzz(func(t *testing.T, action string, seed uint64, which uint8) {
-		env, err := New(msIDs[int(which)%len(msIDs)], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Reset(NewRNG(seed))
+		env := fuzzEnv(t, msIDs, which, seed)
 		for range env.MaxTurns() + 2 {
 			r := env.Step(action)
 			turn := env.Turn()
-			if r.Truncated && !r.Terminated {
-				t.Fatalf("truncated without terminated: %+v", r)
-			}
 			switch obs := r.Observation; {
-			case obs == noGuess(turn):
-				if r.Reward != -0.1 || !r.Terminated || r.Truncated != (turn == env.MaxTurns()) {
-					t.Fatalf("format error result %+v", r)
-				}
-			case obs == turnLimit:
-				if r.Reward < 0 || r.Reward > 1 || !r.Truncated || turn < env.MaxTurns() {
-					t.Fatalf("turn limit result %+v at turn %d", r, turn)
-				}
+			case checkFormatOrLimit(t, r, turn, env.MaxTurns(), noGuess(turn), turnLimit):
 			case obs == msWin:
 				if r.Reward <= 0 || !r.Terminated || r.Truncated {
 					t.Fatalf("win result %+v", r)

@@ -66,10 +66,7 @@ func TestLookupReturnsCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Params["max_turns"] = 99
-	env, err := New(gtnEasy, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := mustNew(t, gtnEasy)
 	env.Reset(NewRNG(1))
 	if again, _ := Lookup(gtnEasy); again.Params["max_turns"] != 4 || env.MaxTurns() != 4 {
 		t.Errorf("changing a looked-up spec changed the registry: %v, MaxTurns() = %d", again.Params, env.MaxTurns())
@@ -141,9 +138,7 @@ func TestNewOverrides(t *testing.T) {
 }
 
 func TestNewBadOption(t *testing.T) {
-	tests := []struct {
-		name, id, opts, key string
-	}{
+	tests := []badOption{
 		{"string max_turns", gtnEasy, `{"max_turns": "6"}`, "max_turns"},
 		{"fractional max_turns", gtnEasy, `{"max_turns": 2.5}`, "max_turns"},
 		{"zero max_turns", gtnEasy, `{"max_turns": 0}`, "max_turns"},
@@ -156,17 +151,7 @@ func TestNewBadOption(t *testing.T) {
 		{"not an object", gtnEasy, `[1]`, "object"},
 		{"invalid json", gtnEasy, `{`, "object"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env, err := New(tt.id, json.RawMessage(tt.opts))
-			if !errors.Is(err, ErrBadOption) {
-				t.Fatalf("New(%s) = %v, %v; want ErrBadOption", tt.opts, env, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tt.key) || !strings.Contains(msg, tt.id) {
-				t.Errorf("error %q should name %q and the id", msg, tt.key)
-			}
-		})
-	}
+	wantBadOptions(t, tests)
 }
 
 func TestNewRNGDeterministic(t *testing.T) {

@@ -3,7 +3,6 @@ package envs
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math/bits"
 	"math/rand/v2"
 	"regexp"
@@ -12,10 +11,7 @@ import (
 	"strings"
 )
 
-const (
-	sudokuFamily    = "Sudoku"
-	sudokuTurnLimit = "You have reached the maximum number of turns."
-)
+const sudokuFamily = "Sudoku"
 
 // sudokuInstructions is GEM's instruction text. The first verb is the title
 // ("A simple version of" for 4x4, empty otherwise, which leaves two spaces);
@@ -39,13 +35,9 @@ The history of your moves will be appended as you play more rounds. Use the hist
 
 `
 
-// sudokuPySpace is Python's Unicode whitespace class (\s on str), which Go's
-// \s (ASCII only, without \v) does not match.
-const sudokuPySpace = `[\t-\r\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]`
-
 // sudokuMove is GEM's action pattern: three digit runs separated by exactly
 // one whitespace character each. \p{Nd} stands for Python's Unicode \d.
-var sudokuMove = regexp.MustCompile(`\\boxed\{(\p{Nd}+)` + sudokuPySpace + `(\p{Nd}+)` + sudokuPySpace + `(\p{Nd}+)\}`)
+var sudokuMove = regexp.MustCompile(`\\boxed\{(\p{Nd}+)` + pySpaceClass + `(\p{Nd}+)` + pySpaceClass + `(\p{Nd}+)\}`)
 
 // sudokuRandomDraws are the (scale, clues, max_turns) triples a drawn variant
 // picks from uniformly at each reset: the -easy and -hard parameter sets.
@@ -64,15 +56,7 @@ func sudokuSpecs() []Spec {
 // overrides apply to. ChatSuffix is empty because GEM's suffix is the
 // current board, which changes every turn.
 func sudokuSpec(id string, params map[string]any, maxTurns int) Spec {
-	return Spec{
-		ID:       id,
-		Family:   sudokuFamily,
-		Params:   params,
-		MaxTurns: maxTurns,
-		new: func(opts map[string]json.RawMessage) (Env, error) {
-			return newSudoku(params, opts)
-		},
-	}
+	return gameSpec(id, sudokuFamily, "", params, maxTurns, newSudoku)
 }
 
 // sudokuState is the whole game state; its JSON form is the snapshot. Grids
@@ -102,21 +86,9 @@ type sudoku struct {
 // null parameter makes the env draw all three at every reset, and unknown
 // keys are ignored.
 func newSudoku(registered map[string]any, opts map[string]json.RawMessage) (Env, error) {
-	p := maps.Clone(registered)
-	for _, key := range slices.Sorted(maps.Keys(p)) { // sorted: the same bad key is reported every time
-		raw, ok := opts[key]
-		if !ok {
-			continue
-		}
-		if isNull(raw) {
-			p[key] = nil
-			continue
-		}
-		var v int
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("%w: %s: want an integer or null, got %s", ErrBadOption, key, raw)
-		}
-		p[key] = v
+	p, err := overrideIntParams(registered, opts)
+	if err != nil {
+		return nil, err
 	}
 	scale, scaleOK := p["scale"].(int)
 	clues, cluesOK := p["clues"].(int)
@@ -142,7 +114,7 @@ func sudokuCheckParams(scale, clues, maxTurns int) error {
 	case clues < 0 || clues > scale*scale:
 		return fmt.Errorf("clues: must be in [0, %d], got %d", scale*scale, clues)
 	case maxTurns < 1:
-		return fmt.Errorf("max_turns: must be at least 1, got %d", maxTurns)
+		return errMaxTurns(maxTurns)
 	}
 	return nil
 }
@@ -335,13 +307,7 @@ func (g *sudoku) Step(action string) StepResult {
 	t := s.TurnCount
 	row, col, num, ok := sudokuParseMove(action)
 	if !ok {
-		return StepResult{
-			Observation: "You did not provide a valid guess.",
-			Reward:      rewardFormatError,
-			Terminated:  true,
-			Truncated:   t == s.MaxTurns, // equality, unlike the turn-limit check below
-			Info:        g.info(),
-		}
+		return formatErrorResult("You did not provide a valid guess.", t, s.MaxTurns, g.info())
 	}
 	r, rOK := s.index(row)
 	c, cOK := s.index(col)
@@ -371,7 +337,7 @@ func (g *sudoku) Step(action string) StepResult {
 		obs = fmt.Sprintf("At turn %d, you tried to place %s at R%s C%s, which violates Sudoku rules.", t, num, row, col)
 	}
 	if t >= s.MaxTurns {
-		return StepResult{Observation: sudokuTurnLimit, Reward: reward, Terminated: true, Truncated: true, Info: g.info()}
+		return turnLimitResult(turnLimitMessage, reward, g.info())
 	}
 	return StepResult{Observation: obs, Reward: reward, Info: g.info()}
 }
@@ -380,11 +346,10 @@ func (g *sudoku) Step(action string) StepResult {
 // \boxed{row col num} in the action as canonical decimal. ok is false for no
 // match or a digit run Python's int() refuses.
 func sudokuParseMove(action string) (row, col, num string, ok bool) {
-	matches := sudokuMove.FindAllStringSubmatchIndex(action, -1)
-	if len(matches) == 0 {
+	m := lastSubmatchIndex(sudokuMove, action)
+	if m == nil {
 		return "", "", "", false
 	}
-	m := matches[len(matches)-1]
 	var vals [3]string
 	for i := range vals {
 		if vals[i], ok = pyInt(action[m[2+2*i]:m[3+2*i]]); !ok {
@@ -510,7 +475,7 @@ func (g *sudoku) Snapshot() json.RawMessage {
 func (g *sudoku) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return fmt.Errorf("restore %s state: %w", sudokuFamily, err)
+		return restoreError(sudokuFamily, err)
 	}
 	next := g.s
 	// Decode into fresh grids: decoding must not write into the live ones.
@@ -526,17 +491,11 @@ func (g *sudoku) Restore(state json.RawMessage) error {
 		"turn_count":     &next.TurnCount,
 		"random":         &next.Random,
 	}
-	for _, key := range slices.Sorted(maps.Keys(obj)) {
-		field, ok := fields[key]
-		if !ok {
-			return fmt.Errorf("restore %s state: %s: unknown key", sudokuFamily, key)
-		}
-		if err := decodeStrict(obj[key], field); err != nil {
-			return fmt.Errorf("restore %s state: %s: %w", sudokuFamily, key, err)
-		}
+	if err := restoreFields(sudokuFamily, obj, fields); err != nil {
+		return err
 	}
 	if err := next.validate(); err != nil {
-		return fmt.Errorf("restore %s state: %w", sudokuFamily, err)
+		return restoreError(sudokuFamily, err)
 	}
 	g.s = next
 	return nil
@@ -549,7 +508,7 @@ func (s *sudokuState) validate() error {
 		return err
 	}
 	if s.TurnCount < 0 {
-		return fmt.Errorf("turn_count: must not be negative, got %d", s.TurnCount)
+		return errTurnCount(s.TurnCount)
 	}
 	if err := sudokuCheckShape(s.Solution, s.Scale); err != nil {
 		return fmt.Errorf("solution: %w", err)

@@ -1,14 +1,9 @@
 package envs
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -44,120 +39,14 @@ var sudokuSDFixtures = map[string]struct{ id, opts, state string }{
 
 // TestSudokuFixtures replays the byte-exact transcripts produced by GEM's Python code.
 func TestSudokuFixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "sudoku", "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	if want := slices.Sorted(maps.Keys(sudokuSDFixtures)); !slices.Equal(names, want) {
-		t.Fatalf("fixture files %v, want %v", names, want)
-	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			fc := sudokuSDFixtures[name]
-			data, err := os.ReadFile(filepath.Join("testdata", "sudoku", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(nil, 1<<20)
-			if !sc.Scan() {
-				t.Fatal("empty fixture")
-			}
-			var reset struct {
-				Reset struct {
-					Observation string `json:"observation"`
-					Info        Info   `json:"info"`
-				} `json:"reset"`
-			}
-			decodeFixtureLine(t, sc.Bytes(), &reset)
-
-			env := sudokuTestEnv(t, fc.id, fc.opts, fc.state)
-			if got := env.Instructions(); got != reset.Reset.Observation {
-				t.Errorf("instructions:\n got %q\nwant %q", got, reset.Reset.Observation)
-			}
-			// Reset's info is the suffix of the restored board.
-			if got := env.(*sudoku).info(); !maps.Equal(got, reset.Reset.Info) {
-				t.Errorf("reset info:\n got %q\nwant %q", got, reset.Reset.Info)
-			}
-
-			steps := 0
-			for sc.Scan() {
-				var want struct {
-					Step        int     `json:"step"`
-					Action      string  `json:"action"`
-					Observation string  `json:"observation"`
-					Reward      float64 `json:"reward"`
-					Terminated  bool    `json:"terminated"`
-					Truncated   bool    `json:"truncated"`
-					Info        Info    `json:"info"`
-				}
-				decodeFixtureLine(t, sc.Bytes(), &want)
-				got := env.Step(want.Action)
-				if env.Turn() != want.Step {
-					t.Errorf("step %d: Turn() = %d", want.Step, env.Turn())
-				}
-				if got.Observation != want.Observation || got.Reward != want.Reward || got.Terminated != want.Terminated ||
-					got.Truncated != want.Truncated || !maps.Equal(got.Info, want.Info) {
-					t.Errorf("step %d (%q):\n got %+v\nwant %+v", want.Step, want.Action, got, want)
-				}
-				steps++
-			}
-			if err := sc.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if steps == 0 {
-				t.Error("fixture has no steps")
-			}
-		})
-	}
-}
-
-// sudokuTestEnv builds id with opts, resets it with a fixed seed and restores
-// state (if any) over the generated puzzle.
-func sudokuTestEnv(t testing.TB, id, opts, state string) Env {
-	t.Helper()
-	var raw json.RawMessage
-	if opts != "" {
-		raw = json.RawMessage(opts)
-	}
-	env, err := New(id, raw)
-	if err != nil {
-		t.Fatalf("New(%q, %s): %v", id, opts, err)
-	}
-	env.Reset(NewRNG(1))
-	if state != "" {
-		if err := env.Restore(json.RawMessage(state)); err != nil {
-			t.Fatalf("Restore(%s): %v", state, err)
+	replayFixtures(t, "sudoku", sudokuSDFixtures, func(t *testing.T, fc struct{ id, opts, state string }, reset fixtureReset) Env {
+		env := newTestEnv(t, fc.id, fc.opts, fc.state)
+		// Reset's info is the suffix of the restored board.
+		if got := env.(*sudoku).info(); !maps.Equal(got, reset.Info) {
+			t.Errorf("reset info:\n got %q\nwant %q", got, reset.Info)
 		}
-	}
-	return env
-}
-
-// sudokuStep is one action and the result GEM gives for it.
-type sudokuStep struct {
-	action      string
-	obs         string
-	reward      float64
-	term, trunc bool
-}
-
-// sudokuPlay applies each action and compares the whole StepResult; the
-// suffix must show the board after the step.
-func sudokuPlay(t *testing.T, env Env, steps []sudokuStep) {
-	t.Helper()
-	for i, s := range steps {
-		got := env.Step(s.action)
-		if got.Observation != s.obs || got.Reward != s.reward || got.Terminated != s.term || got.Truncated != s.trunc {
-			t.Fatalf("step %d (%.60q):\n got %+v\nwant %+v", i+1, s.action, got, s)
-		}
-		if want := env.(*sudoku).info(); len(got.Info) != 1 || got.Info["suffix"] != want["suffix"] {
-			t.Fatalf("step %d: info %q, want %q", i+1, got.Info, want)
-		}
-	}
+		return env
+	})
 }
 
 func sudokuBox(r, c, n int) string { return fmt.Sprintf(`\boxed{%d %d %d}`, r, c, n) }
@@ -183,19 +72,19 @@ var sudokuSDMoves = [][3]int{{1, 1, 1}, {1, 3, 2}, {2, 1, 2}, {2, 2, 4}, {3, 2, 
 
 // TestSudokuBranches covers every branch of Step on the SD board (15 turns).
 func TestSudokuBranches(t *testing.T) {
-	var solveAll []sudokuStep
+	var solveAll []step
 	for i, m := range sudokuSDMoves {
 		obs := sudokuPlaced(i+1, fmt.Sprint(m[2]), fmt.Sprint(m[0]), fmt.Sprint(m[1]))
-		solveAll = append(solveAll, sudokuStep{sudokuBox(m[0], m[1], m[2]), obs, sudokuNinth, false, false})
+		solveAll = append(solveAll, step{sudokuBox(m[0], m[1], m[2]), obs, sudokuNinth, false, false})
 	}
-	solveAll[8] = sudokuStep{sudokuBox(4, 2, 1), sudokuWin, sudokuNinth, true, false}
+	solveAll[8] = step{sudokuBox(4, 2, 1), sudokuWin, sudokuNinth, true, false}
 	atTurn := func(turn int) string { return fmt.Sprintf(`{"turn_count": %d}`, turn) }
 	tests := []struct {
 		name, opts, state string
-		steps             []sudokuStep
+		steps             []step
 	}{
 		{name: "solve", steps: solveAll},
-		{name: "out of bounds on each axis", steps: []sudokuStep{
+		{name: "out of bounds on each axis", steps: []step{
 			{sudokuBox(0, 1, 1), sudokuOutOfBounds(1, "1", "0", "1"), 0, false, false},
 			{sudokuBox(1, 0, 1), sudokuOutOfBounds(2, "1", "1", "0"), 0, false, false},
 			{sudokuBox(1, 1, 0), sudokuOutOfBounds(3, "0", "1", "1"), 0, false, false},
@@ -205,69 +94,67 @@ func TestSudokuBranches(t *testing.T) {
 			// Bounds are checked before the cell: a given with an out-of-range digit.
 			{sudokuBox(1, 2, 9), sudokuOutOfBounds(7, "9", "1", "2"), 0, false, false},
 		}},
-		{name: "numbers printed canonically", steps: []sudokuStep{
+		{name: "numbers printed canonically", steps: []step{
 			{`\boxed{007 0001 99999999999999999999999}`, sudokuOutOfBounds(1, "99999999999999999999999", "7", "1"), 0, false, false},
 			{`\boxed{01 01 01}`, sudokuPlaced(2, "1", "1", "1"), sudokuNinth, false, false},
 		}},
-		{name: "filled given and filled placement", steps: []sudokuStep{
+		{name: "filled given and filled placement", steps: []step{
 			{sudokuBox(1, 2, 3), sudokuFilled(1, "3", "1", "2"), 0, false, false},
 			{sudokuBox(1, 2, 1), sudokuFilled(2, "1", "1", "2"), 0, false, false},
 			{sudokuBox(1, 1, 1), sudokuPlaced(3, "1", "1", "1"), sudokuNinth, false, false},
 			{sudokuBox(1, 1, 1), sudokuFilled(4, "1", "1", "1"), 0, false, false},
 		}},
-		{name: "violates compares with the hidden solution only", steps: []sudokuStep{
+		{name: "violates compares with the hidden solution only", steps: []step{
 			// 1 at R3 C2 clashes with nothing visible (row 4 . . ., column 3 . . ., box 4 . / . .), yet the solution has 2.
 			{sudokuBox(3, 2, 1), sudokuViolates(1, "1", "3", "2"), 0, false, false},
 			{sudokuBox(1, 1, 2), sudokuViolates(2, "2", "1", "1"), 0, false, false},
 			{sudokuBox(1, 1, 1), sudokuPlaced(3, "1", "1", "1"), sudokuNinth, false, false},
 		}},
-		{name: "format error mid-game", steps: []sudokuStep{
+		{name: "format error mid-game", steps: []step{
 			{sudokuBox(1, 1, 1), sudokuPlaced(1, "1", "1", "1"), sudokuNinth, false, false},
 			{`\boxed{1,3,2}`, sudokuNoMove, -0.1, true, false},
 		}},
-		{name: "format error on the last turn", state: atTurn(14), steps: []sudokuStep{
+		{name: "format error on the last turn", state: atTurn(14), steps: []step{
 			{`\boxed{1 3}`, sudokuNoMove, -0.1, true, true},
 		}},
-		{name: "turn limit on out of bounds", state: atTurn(14), steps: []sudokuStep{
-			{sudokuBox(9, 9, 9), sudokuTurnLimit, 0, true, true},
+		{name: "turn limit on out of bounds", state: atTurn(14), steps: []step{
+			{sudokuBox(9, 9, 9), turnLimitMessage, 0, true, true},
 		}},
-		{name: "turn limit on filled", state: atTurn(14), steps: []sudokuStep{
-			{sudokuBox(1, 2, 3), sudokuTurnLimit, 0, true, true},
+		{name: "turn limit on filled", state: atTurn(14), steps: []step{
+			{sudokuBox(1, 2, 3), turnLimitMessage, 0, true, true},
 		}},
-		{name: "turn limit on violates", state: atTurn(14), steps: []sudokuStep{
-			{sudokuBox(1, 1, 4), sudokuTurnLimit, 0, true, true},
+		{name: "turn limit on violates", state: atTurn(14), steps: []step{
+			{sudokuBox(1, 1, 4), turnLimitMessage, 0, true, true},
 		}},
-		{name: "turn limit on a correct placement keeps its reward", state: atTurn(14), steps: []sudokuStep{
-			{sudokuBox(1, 1, 1), sudokuTurnLimit, sudokuNinth, true, true},
+		{name: "turn limit on a correct placement keeps its reward", state: atTurn(14), steps: []step{
+			{sudokuBox(1, 1, 1), turnLimitMessage, sudokuNinth, true, true},
 		}},
 		{name: "win on the last turn beats the limit", state: `{"turn_count": 14,
-			"board": [[1,3,2,4],[2,4,3,1],[4,2,1,3],[3,0,4,2]]}`, steps: []sudokuStep{
+			"board": [[1,3,2,4],[2,4,3,1],[4,2,1,3],[3,0,4,2]]}`, steps: []step{
 			{sudokuBox(4, 2, 1), sudokuWin, sudokuNinth, true, false},
 		}},
-		{name: "reward is 1/init_num_empty", state: `{"init_num_empty": 10}`, steps: []sudokuStep{
+		{name: "reward is 1/init_num_empty", state: `{"init_num_empty": 10}`, steps: []step{
 			{sudokuBox(1, 1, 1), sudokuPlaced(1, "1", "1", "1"), 0.1, false, false},
 		}},
-		{name: "max_turns override", opts: `{"max_turns": 2}`, steps: []sudokuStep{
+		{name: "max_turns override", opts: `{"max_turns": 2}`, steps: []step{
 			{sudokuBox(1, 1, 1), sudokuPlaced(1, "1", "1", "1"), sudokuNinth, false, false},
-			{sudokuBox(1, 1, 1), sudokuTurnLimit, 0, true, true},
+			{sudokuBox(1, 1, 1), turnLimitMessage, 0, true, true},
 		}},
 		// GEM does not guard against stepping after done; neither do we.
-		{name: "after done keeps counting", opts: `{"max_turns": 10}`, state: `{"turn_count": 8}`, steps: []sudokuStep{
+		{name: "after done keeps counting", opts: `{"max_turns": 10}`, state: `{"turn_count": 8}`, steps: []step{
 			{"", sudokuNoMove, -0.1, true, false},
-			{sudokuBox(1, 1, 1), sudokuTurnLimit, sudokuNinth, true, true},
-			{sudokuBox(1, 1, 1), sudokuTurnLimit, 0, true, true}, // still ">= max_turns"
-			{"", sudokuNoMove, -0.1, true, false},                // "== max_turns" no longer holds
+			{sudokuBox(1, 1, 1), turnLimitMessage, sudokuNinth, true, true},
+			{sudokuBox(1, 1, 1), turnLimitMessage, 0, true, true}, // still ">= max_turns"
+			{"", sudokuNoMove, -0.1, true, false},                 // "== max_turns" no longer holds
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := sudokuTestEnv(t, sudokuEasy, tt.opts, sudokuSD)
+			env := newTestEnv(t, sudokuEasy, tt.opts, sudokuSD)
 			if tt.state != "" {
-				if err := env.Restore(json.RawMessage(tt.state)); err != nil {
-					t.Fatal(err)
-				}
+				mustRestore(t, env, tt.state)
 			}
-			sudokuPlay(t, env, tt.steps)
+			play(t, env, env.(*sudoku).info, tt.steps)
 		})
 	}
 }
@@ -327,7 +214,7 @@ func TestSudokuParsing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := sudokuTestEnv(t, sudokuEasy, "", sudokuSD).Step(tt.action)
+			got := newTestEnv(t, sudokuEasy, "", sudokuSD).Step(tt.action)
 			if got.Observation != tt.obs {
 				t.Errorf("Step(%.60q) = %.80q, want %.80q", tt.action, got.Observation, tt.obs)
 			}
@@ -364,7 +251,7 @@ func TestSudokuRender(t *testing.T) {
 // TestSudokuInstructions checks the parts that depend on the scale; the 4x4
 // text is checked byte for byte by the fixtures.
 func TestSudokuInstructions(t *testing.T) {
-	env := sudokuTestEnv(t, sudokuHard, "", "")
+	env := newTestEnv(t, sudokuHard, "", "")
 	got := env.Instructions()
 	for _, want := range []string{
 		"You are playing  Sudoku.\nEach row is numbered from 1 to 9, and each column is also numbered from 1 to 9.\n",
@@ -378,7 +265,7 @@ func TestSudokuInstructions(t *testing.T) {
 	if !strings.HasSuffix(got, "Good luck!\n\n") {
 		t.Errorf("instructions must end with a blank line: %q", got[len(got)-20:])
 	}
-	easy := strings.NewReplacer("to 4", "to 9", "4x4", "9x9", "A simple version of", "").Replace(sudokuTestEnv(t, sudokuEasy, "", "").Instructions())
+	easy := strings.NewReplacer("to 4", "to 9", "4x4", "9x9", "A simple version of", "").Replace(newTestEnv(t, sudokuEasy, "", "").Instructions())
 	if easy != got {
 		t.Errorf("4x4 and 9x9 instructions differ beyond the scale and title:\n%s\n%s", easy, got)
 	}
@@ -429,10 +316,7 @@ func TestSudokuGeneratedPuzzlesUnique(t *testing.T) {
 		t.Run(id, func(t *testing.T) {
 			empties := map[int]int{}
 			for seed := range seeds[id] {
-				env, err := New(id, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				env := mustNew(t, id)
 				env.Reset(NewRNG(seed))
 				s := sudokuSnapshotState(t, env)
 				if err := s.validate(); err != nil {
@@ -491,10 +375,7 @@ func TestSudokuCountSolutions(t *testing.T) {
 func TestSudokuRandomReset(t *testing.T) {
 	seen := map[[3]int]int{}
 	for seed := range uint64(200) {
-		env, err := New(sudokuRandom, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, sudokuRandom)
 		obs, info := env.Reset(NewRNG(seed))
 		s := sudokuSnapshotState(t, env)
 		draw := [3]int{s.Scale, s.Clues, s.MaxTurns}
@@ -536,25 +417,7 @@ func sudokuSolverActions(s sudokuState) []string {
 func TestSudokuSameSeed(t *testing.T) {
 	for _, id := range sudokuIDs {
 		t.Run(id, func(t *testing.T) {
-			distinct := map[string]bool{}
-			for seed := range uint64(20) {
-				a, b := sudokuTestEnv(t, id, "", ""), sudokuTestEnv(t, id, "", "")
-				obsA, infoA := a.Reset(NewRNG(seed))
-				obsB, infoB := b.Reset(NewRNG(seed))
-				if obsA != obsB || !maps.Equal(infoA, infoB) || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("seed %d: resets differ:\n%s\n%s", seed, a.Snapshot(), b.Snapshot())
-				}
-				distinct[string(a.Snapshot())] = true
-				for _, act := range sudokuSolverActions(sudokuSnapshotState(t, a)) {
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("seed %d: %q: %+v vs %+v", seed, act, ra, rb)
-					}
-					if ra.Done() {
-						break
-					}
-				}
-			}
+			distinct := sameSeedEpisodes(t, id, 20, func(_ uint64, a Env) []string { return sudokuSolverActions(sudokuSnapshotState(t, a)) })
 			if len(distinct) < 10 {
 				t.Errorf("only %d distinct episodes in 20 seeds", len(distinct))
 			}
@@ -568,7 +431,7 @@ func TestSudokuSnapshotRoundTrip(t *testing.T) {
 	for _, id := range sudokuIDs {
 		t.Run(id, func(t *testing.T) {
 			for seed := range uint64(10) {
-				a := sudokuTestEnv(t, id, `{"max_turns": 200}`, "")
+				a := newTestEnv(t, id, `{"max_turns": 200}`, "")
 				a.Reset(NewRNG(seed))
 				acts := sudokuSolverActions(sudokuSnapshotState(t, a))
 				half := len(acts) / 2
@@ -576,50 +439,30 @@ func TestSudokuSnapshotRoundTrip(t *testing.T) {
 					a.Step(act)
 				}
 
-				b := sudokuTestEnv(t, id, "", "")
+				b := newTestEnv(t, id, "", "")
 				b.Reset(NewRNG(seed + 1000)) // different hidden state, all overridden below
-				snap := a.Snapshot()
-				if err := b.Restore(snap); err != nil {
-					t.Fatalf("Restore(%s): %v", snap, err)
-				}
-				if !bytes.Equal(b.Snapshot(), snap) || b.Instructions() != a.Instructions() ||
-					b.Turn() != a.Turn() || b.MaxTurns() != a.MaxTurns() {
-					t.Fatalf("restored env differs:\n%s\n%s", b.Snapshot(), snap)
-				}
+				restoreCopy(t, a, b)
 				for _, act := range append(acts[half:], `\boxed{1 1 1}`, "") {
-					ra, rb := a.Step(act), b.Step(act)
-					if !sameResult(ra, rb) {
-						t.Fatalf("%q: %+v vs %+v", act, ra, rb)
-					}
+					stepBoth(t, a, b, act)
 				}
 				// Reset keeps the restored configuration: the same seed gives the same episode.
-				oa, _ := a.Reset(NewRNG(seed))
-				ob, _ := b.Reset(NewRNG(seed))
-				if oa != ob || !bytes.Equal(a.Snapshot(), b.Snapshot()) {
-					t.Fatalf("reset after restore differs:\n%s\n%s", a.Snapshot(), b.Snapshot())
-				}
+				resetBoth(t, a, b, seed)
 			}
 		})
 	}
 }
 
 func TestSudokuSnapshotKeys(t *testing.T) {
-	env := sudokuTestEnv(t, sudokuEasy, "", sudokuSD)
+	env := newTestEnv(t, sudokuEasy, "", sudokuSD)
 	want := `{"scale":4,"clues":10,"max_turns":15,"solution":[[1,3,2,4],[2,4,3,1],[4,2,1,3],[3,1,4,2]],` +
 		`"board":[[0,3,0,4],[0,0,3,1],[4,0,0,0],[0,0,4,2]],"init_num_empty":9,"turn_count":0,"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after reset = %s, want %s", got, want)
-	}
+	wantSnapshot(t, env, "after reset", want)
 	env.Step(`\boxed{1 1 1}`)
 	env.Step(`\boxed{1 3 4}`)
 	want = `{"scale":4,"clues":10,"max_turns":15,"solution":[[1,3,2,4],[2,4,3,1],[4,2,1,3],[3,1,4,2]],` +
 		`"board":[[1,3,0,4],[0,0,3,1],[4,0,0,0],[0,0,4,2]],"init_num_empty":9,"turn_count":2,"random":false}`
-	if got := string(env.Snapshot()); got != want {
-		t.Errorf("snapshot after steps = %s, want %s", got, want)
-	}
-	if random := sudokuTestEnv(t, sudokuRandom, "", ""); !strings.Contains(string(random.Snapshot()), `"random":true`) {
-		t.Errorf("random variant snapshot %s lacks random:true", random.Snapshot())
-	}
+	wantSnapshot(t, env, "after steps", want)
+	wantRandomFlag(t, sudokuRandom)
 }
 
 func TestSudokuRestore(t *testing.T) {
@@ -632,14 +475,14 @@ func TestSudokuRestore(t *testing.T) {
 		check   func(t *testing.T, env Env)
 	}{
 		{name: "turn count", state: `{"turn_count": 3}`, check: func(t *testing.T, env Env) {
-			sudokuPlay(t, env, []sudokuStep{{sudokuBox(1, 1, 1), sudokuPlaced(4, "1", "1", "1"), sudokuNinth, false, false}})
+			play(t, env, env.(*sudoku).info, []step{{sudokuBox(1, 1, 1), sudokuPlaced(4, "1", "1", "1"), sudokuNinth, false, false}})
 		}},
 		{name: "scale change with grids", state: `{"scale": 9, "clues": 50, "solution": ` + solution9 + `, "board": ` +
 			strings.Replace(solution9, "[1,2,3", "[0,2,3", 1) + `, "init_num_empty": 1}`, check: func(t *testing.T, env Env) {
 			if !strings.Contains(env.Instructions(), "You are playing  Sudoku.") {
 				t.Errorf("instructions: %s", env.Instructions())
 			}
-			sudokuPlay(t, env, []sudokuStep{
+			play(t, env, env.(*sudoku).info, []step{
 				{sudokuBox(5, 9, 9), sudokuFilled(1, "9", "5", "9"), 0, false, false},
 				{sudokuBox(1, 1, 1), sudokuWin, 1, true, false},
 			})
@@ -668,33 +511,16 @@ func TestSudokuRestore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := sudokuTestEnv(t, sudokuEasy, "", sudokuSD)
-			before := env.Snapshot()
-			err := env.Restore(json.RawMessage(tt.state))
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Restore(%s): %v", tt.state, err)
-				}
-				if tt.check != nil {
-					tt.check(t, env)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Restore(%s) error = %v, want one naming %q", tt.state, err, tt.wantErr)
-			}
-			if after := env.Snapshot(); !bytes.Equal(after, before) {
-				t.Errorf("failed restore changed the state:\n%s\n%s", before, after)
+			env := newTestEnv(t, sudokuEasy, "", sudokuSD)
+			if wantRestore(t, env, tt.state, tt.wantErr) && tt.check != nil {
+				tt.check(t, env)
 			}
 		})
 	}
 }
 
 func TestSudokuRegistry(t *testing.T) {
-	want := map[string]struct {
-		params   map[string]any
-		maxTurns int
-	}{
+	want := map[string]specWant{
 		sudokuEasy:   {map[string]any{"scale": 4, "clues": 10, "max_turns": 15}, 15},
 		sudokuHard:   {map[string]any{"scale": 9, "clues": 50, "max_turns": 50}, 50},
 		sudokuRandom: {map[string]any{"scale": nil, "clues": nil, "max_turns": nil}, 0},
@@ -708,15 +534,7 @@ func TestSudokuRegistry(t *testing.T) {
 	if !slices.Equal(got, sudokuIDs) {
 		t.Fatalf("Sudoku ids %v, want %v", got, sudokuIDs)
 	}
-	for id, w := range want {
-		s, err := Lookup(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.MaxTurns != w.maxTurns || s.ChatSuffix != "" || !maps.Equal(s.Params, w.params) {
-			t.Errorf("%s: spec %+v", id, s)
-		}
-	}
+	wantSpecs(t, "Sudoku", "", want)
 }
 
 func TestSudokuNewOverrides(t *testing.T) {
@@ -738,7 +556,7 @@ func TestSudokuNewOverrides(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := sudokuTestEnv(t, tt.id, tt.opts, "")
+			env := newTestEnv(t, tt.id, tt.opts, "")
 			s := sudokuSnapshotState(t, env)
 			got := [3]int{s.Scale, s.Clues, s.MaxTurns}
 			if tt.want == ([3]int{}) {
@@ -761,9 +579,7 @@ func TestSudokuNewOverrides(t *testing.T) {
 }
 
 func TestSudokuNewBadOption(t *testing.T) {
-	tests := []struct {
-		name, id, opts, key string
-	}{
+	tests := []badOption{
 		{"string max_turns", sudokuEasy, `{"max_turns": "6"}`, "max_turns"},
 		{"zero max_turns", sudokuEasy, `{"max_turns": 0}`, "max_turns"},
 		{"non-square scale", sudokuEasy, `{"scale": 5}`, "scale"},
@@ -774,27 +590,14 @@ func TestSudokuNewBadOption(t *testing.T) {
 		{"bad type on the random id", sudokuRandom, `{"scale": true}`, "scale"},
 		{"not an object", sudokuEasy, `[1]`, "object"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env, err := New(tt.id, json.RawMessage(tt.opts))
-			if !errors.Is(err, ErrBadOption) {
-				t.Fatalf("New(%s) = %v, %v; want ErrBadOption", tt.opts, env, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tt.key) || !strings.Contains(msg, tt.id) {
-				t.Errorf("error %q should name %q and the id", msg, tt.key)
-			}
-		})
-	}
+	wantBadOptions(t, tests)
 }
 
 // TestSudokuBeforeReset: an env used before Reset holds a valid, solved
 // placeholder grid and must not panic.
 func TestSudokuBeforeReset(t *testing.T) {
 	for _, id := range sudokuIDs {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		if err := env.Restore(env.Snapshot()); err != nil {
 			t.Errorf("%s: placeholder state does not restore: %v", id, err)
 		}
@@ -817,20 +620,14 @@ func TestSudokuHugeAction(t *testing.T) {
 		"many moves":  strings.Repeat(`\boxed{1 1 2}`, 1<<20/13) + `\boxed{1 1 1}`,
 	}
 	for name, action := range actions {
-		env := sudokuTestEnv(t, sudokuEasy, "", sudokuSD)
-		done := make(chan StepResult, 1)
-		go func() { done <- env.Step(action) }()
-		select {
-		case r := <-done:
-			want := sudokuNoMove
-			if name == "many moves" {
-				want = sudokuPlaced(1, "1", "1", "1")
-			}
-			if r.Observation != want {
-				t.Errorf("%s: %q, want %q", name, r.Observation, want)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("%s: Step on a 1 MB action did not finish in a minute", name)
+		env := newTestEnv(t, sudokuEasy, "", sudokuSD)
+		r := stepWithin(t, env, action, time.Minute)
+		want := sudokuNoMove
+		if name == "many moves" {
+			want = sudokuPlaced(1, "1", "1", "1")
+		}
+		if r.Observation != want {
+			t.Errorf("%s: %q, want %q", name, r.Observation, want)
 		}
 	}
 }
@@ -847,21 +644,14 @@ func FuzzSudokuStep(f *testing.F) {
 		f.Add(seed, uint64(1), uint8(0))
 	}
 	f.Fuzz(func(t *testing.T, action string, seed uint64, which uint8) {
-		env, err := New(sudokuIDs[int(which)%len(sudokuIDs)], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Reset(NewRNG(seed))
+		env := fuzzEnv(t, sudokuIDs, which, seed)
 		before := sudokuCountEmpty(sudokuSnapshotState(t, env).Board)
 		for range 3 {
 			r := env.Step(action)
 			turn := env.Turn()
 			prefix := fmt.Sprintf("At turn %d, you ", turn)
 			switch {
-			case r.Observation == sudokuNoMove:
-				if r.Reward != -0.1 || !r.Terminated || r.Truncated != (turn == env.MaxTurns()) {
-					t.Fatalf("format error result %+v", r)
-				}
+			case checkFormatOrLimit(t, r, turn, env.MaxTurns(), sudokuNoMove, ""):
 			case r.Observation == sudokuWin:
 				if r.Reward <= 0 || !r.Terminated || r.Truncated {
 					t.Fatalf("win result %+v", r)
