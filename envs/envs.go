@@ -62,6 +62,9 @@ type Env interface {
 	// absent keys keep their value. Invalid values or unknown keys give an
 	// error naming the key and leave the state unchanged.
 	Restore(state json.RawMessage) error
+	// Info is the info of the current state as Step reports it, such as
+	// the board a suffix shows; after Restore it reflects the new state.
+	Info() Info
 	// Turn is the number of steps taken.
 	Turn() int
 	// MaxTurns is the current turn limit.

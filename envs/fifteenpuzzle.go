@@ -207,7 +207,7 @@ func (f *fifteenPuzzle) Reset(rng *rand.Rand) (string, Info) {
 		s.Board = fifteenRandomWalk(rng, s.NumRows, s.MCRandMoves)
 	}
 	s.TurnCount = 0
-	return f.Instructions(), f.info()
+	return f.Instructions(), f.Info()
 }
 
 // fifteenRandomWalk is GEM's Monte Carlo generator: from the goal, make moves
@@ -307,7 +307,7 @@ func (f *fifteenPuzzle) Step(action string) StepResult {
 	t := s.TurnCount
 	m, ok := fifteenParse(action)
 	if !ok {
-		return formatErrorResult(fmt.Sprintf("At turn %d, you did not provide a valid guess", t), t, s.MaxTurns, f.info()) // no period in GEM
+		return formatErrorResult(fmt.Sprintf("At turn %d, you did not provide a valid guess", t), t, s.MaxTurns, f.Info()) // no period in GEM
 	}
 	dir := fifteenMoves[m].name
 	var obs string
@@ -319,15 +319,15 @@ func (f *fifteenPuzzle) Step(action string) StepResult {
 				Observation: "Congratulations! You have solved the puzzle!",
 				Reward:      rewardSuccess,
 				Terminated:  true,
-				Info:        f.info(),
+				Info:        f.Info(),
 			}
 		}
 		obs = fmt.Sprintf("At turn %d, you made a valid move: %s.\n", t, dir) // GEM ends this line with a newline
 	}
 	if t >= s.MaxTurns {
-		return turnLimitResult(turnLimitMessage, rewardStep+s.softScore(), f.info()) // both branches' step reward is 0.0
+		return turnLimitResult(turnLimitMessage, rewardStep+s.softScore(), f.Info()) // both branches' step reward is 0.0
 	}
-	return StepResult{Observation: obs, Reward: rewardStep, Info: f.info()}
+	return StepResult{Observation: obs, Reward: rewardStep, Info: f.Info()}
 }
 
 // fifteenParse returns the index in fifteenMoves of the last \boxed{dir} in
@@ -415,7 +415,7 @@ func (s *fifteenState) render() string {
 }
 
 // info is GEM's step info: the suffix shows the board after the step.
-func (f *fifteenPuzzle) info() Info {
+func (f *fifteenPuzzle) Info() Info {
 	return Info{"suffix": "Here is the current board layout: \n" + f.s.render() + "\nEnter your move."}
 }
 

@@ -76,7 +76,7 @@ var fifteenFixtureCases = map[string]struct {
 func TestFifteenPuzzleFixtures(t *testing.T) {
 	replayFixtures(t, "fifteen", fifteenFixtureCases, func(t *testing.T, fc struct{ id, opts, state string }, reset fixtureReset) Env {
 		env := newTestEnv(t, fc.id, fc.opts, fc.state)
-		if info := env.(*fifteenPuzzle).info(); !maps.Equal(info, reset.Info) {
+		if info := env.(*fifteenPuzzle).Info(); !maps.Equal(info, reset.Info) {
 			t.Errorf("reset info = %q, want %q", info, reset.Info)
 		}
 		return env

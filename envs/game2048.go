@@ -189,7 +189,7 @@ func (g *game2048) Reset(rng *rand.Rand) (string, Info) {
 	s.Example = game2048Directions[rng.IntN(len(game2048Directions))]
 	s.SpawnSeed = rng.Uint64() >> 11 // 53 bits: exact as a JSON number in any reader
 	s.SpawnCount = 0
-	return g.Instructions(), g.info()
+	return g.Instructions(), g.Info()
 }
 
 // game2048Spawn puts a 2 (probability 0.9) or a 4 on a uniform empty cell,
@@ -249,7 +249,7 @@ func (g *game2048) Step(action string) StepResult {
 	t := s.TurnCount
 	dir, ok := game2048ParseMove(action)
 	if !ok {
-		return formatErrorResult(fmt.Sprintf(`At turn %d, you did not provide a valid move. Please use \boxed{direction} format.`, t), t, s.MaxTurns, g.info())
+		return formatErrorResult(fmt.Sprintf(`At turn %d, you did not provide a valid move. Please use \boxed{direction} format.`, t), t, s.MaxTurns, g.Info())
 	}
 	var obs string
 	reward := rewardStep
@@ -270,17 +270,17 @@ func (g *game2048) Step(action string) StepResult {
 				Observation: fmt.Sprintf("Congratulations! You reached the %d tile in %d turns!", s.TargetTile, t),
 				Reward:      reward,
 				Terminated:  true,
-				Info:        g.info(),
+				Info:        g.Info(),
 			}
 		case !game2048CanMove(s.Board):
-			return StepResult{Observation: "Game over! No more moves possible.", Reward: reward, Terminated: true, Info: g.info()}
+			return StepResult{Observation: "Game over! No more moves possible.", Reward: reward, Terminated: true, Info: g.Info()}
 		}
 		obs = fmt.Sprintf("At turn %d, you moved %s", t, dir) // no final period, as in GEM
 	}
 	if t >= s.MaxTurns {
-		return turnLimitResult(fmt.Sprintf("You have reached the maximum number of turns (%d).", s.MaxTurns), reward, g.info())
+		return turnLimitResult(fmt.Sprintf("You have reached the maximum number of turns (%d).", s.MaxTurns), reward, g.Info())
 	}
-	return StepResult{Observation: obs, Reward: reward, Info: g.info()}
+	return StepResult{Observation: obs, Reward: reward, Info: g.Info()}
 }
 
 // game2048Log2 is log2 of a power of two, exact as GEM's float log2 is there.
@@ -366,7 +366,7 @@ func game2048CanMove(board [][]int) bool {
 }
 
 // info is GEM's step and reset info: the rendered board and a call to action.
-func (g *game2048) info() Info {
+func (g *game2048) Info() Info {
 	return Info{"suffix": "Current board:\n" + game2048Render(g.s.Board) + "\nEnter your move."}
 }
 

@@ -35,7 +35,7 @@ func TestGame2048Fixtures(t *testing.T) {
 	replayFixtures(t, "game2048", game2048FixtureCases, func(t *testing.T, fc struct{ id, opts, state string }, reset fixtureReset) Env {
 		env := newTestEnv(t, fc.id, fc.opts, fc.state)
 		// The reset info is the board, which the restore replaced.
-		if got := env.(*game2048).info(); !maps.Equal(got, reset.Info) {
+		if got := env.(*game2048).Info(); !maps.Equal(got, reset.Info) {
 			t.Errorf("reset info = %q, want %q", got, reset.Info)
 		}
 		return env

@@ -273,5 +273,8 @@ func (s *gtnState) validate() error {
 // Turn is the number of steps taken since Reset.
 func (g *guessTheNumber) Turn() int { return g.s.TurnCount }
 
+// Info returns GuessTheNumber's info, which never changes.
+func (g *guessTheNumber) Info() Info { return gtnInfo() }
+
 // MaxTurns is the current turn limit (0 before the first Reset of a drawn range).
 func (g *guessTheNumber) MaxTurns() int { return g.s.MaxTurns }

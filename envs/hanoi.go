@@ -132,7 +132,7 @@ func (g *towerOfHanoi) Reset(rng *rand.Rand) (string, Info) {
 	}
 	s.Board = hanoiStart(s.NumDisks)
 	s.TurnCount = 0
-	return g.Instructions(), g.info()
+	return g.Instructions(), g.Info()
 }
 
 // Step follows GEM's order of checks: format error, empty source, larger disk
@@ -144,7 +144,7 @@ func (g *towerOfHanoi) Step(action string) StepResult {
 	t := s.TurnCount
 	src, dst, ok := hanoiParse(action)
 	if !ok {
-		return formatErrorResult("You did not provide a valid action.", t, s.MaxTurns, g.info())
+		return formatErrorResult("You did not provide a valid action.", t, s.MaxTurns, g.Info())
 	}
 	from, to := s.Board.tower(src), s.Board.tower(dst)
 	var obs string
@@ -163,15 +163,15 @@ func (g *towerOfHanoi) Step(action string) StepResult {
 				Observation: "Congratulations! You solved the Tower of Hanoi Puzzle",
 				Reward:      rewardSuccess,
 				Terminated:  true,
-				Info:        g.info(),
+				Info:        g.Info(),
 			}
 		}
 		obs = fmt.Sprintf("At turn %d, you moved disk %d from tower %c to tower %c.", t, disk, src, dst)
 	}
 	if t >= s.MaxTurns {
-		return turnLimitResult(turnLimitMessage, float64(len(s.Board.C))/float64(s.NumDisks), g.info()) // Python's int / int true division
+		return turnLimitResult(turnLimitMessage, float64(len(s.Board.C))/float64(s.NumDisks), g.Info()) // Python's int / int true division
 	}
-	return StepResult{Observation: obs, Reward: rewardStep, Info: g.info()}
+	return StepResult{Observation: obs, Reward: rewardStep, Info: g.Info()}
 }
 
 // hanoiTop is the top disk of a non-empty tower.
@@ -243,7 +243,7 @@ func (b *hanoiBoard) render() string {
 }
 
 // info is GEM's task suffix: the current board and a call to action.
-func (g *towerOfHanoi) info() Info {
+func (g *towerOfHanoi) Info() Info {
 	return Info{"suffix": "Here is the current state of the tower of hanoi:\n" + g.s.Board.render() + "\nEnter your move."}
 }
 

@@ -458,5 +458,8 @@ func (s *mastermindState) validateDigits(ds []int, distinct bool) error {
 // Turn is the number of steps taken since Reset.
 func (m *mastermind) Turn() int { return m.s.TurnCount }
 
+// Info returns the info Mastermind's steps report (its reset info is empty).
+func (m *mastermind) Info() Info { return mastermindInfo() }
+
 // MaxTurns is the current turn limit (0 before the first Reset of a drawn size).
 func (m *mastermind) MaxTurns() int { return m.s.MaxTurns }

@@ -154,7 +154,7 @@ func (g *minesweeper) Reset(rng *rand.Rand) (string, Info) {
 	s.Revealed = []minesweeperCell{}
 	s.Flagged = []minesweeperCell{}
 	g.syncGrids()
-	return g.Instructions(), g.info()
+	return g.Instructions(), g.Info()
 }
 
 // Step follows GEM's order of checks: format error, bounds (before the
@@ -168,7 +168,7 @@ func (g *minesweeper) Step(action string) StepResult {
 	t := s.Turn
 	word, rowText, colText, ok := parseMinesweeperAction(action)
 	if !ok {
-		return formatErrorResult(fmt.Sprintf("At turn %d, you did not provide a valid guess.", t), t, s.MaxTurns, g.info())
+		return formatErrorResult(fmt.Sprintf("At turn %d, you did not provide a valid guess.", t), t, s.MaxTurns, g.Info())
 	}
 	row, rowErr := strconv.Atoi(rowText)
 	col, colErr := strconv.Atoi(colText)
@@ -188,7 +188,7 @@ func (g *minesweeper) Step(action string) StepResult {
 				Observation: fmt.Sprintf("Game over! You hit a mine at (%d, %d)", row, col),
 				Reward:      0, // GEM's fail reward
 				Terminated:  true,
-				Info:        g.info(),
+				Info:        g.Info(),
 			}
 		case g.revealed[i] || g.flagged[i]:
 			obs = fmt.Sprintf("At turn %d, you chose to reveal cell (%d, %d), which has already been revealed.", t, row, col)
@@ -200,7 +200,7 @@ func (g *minesweeper) Step(action string) StepResult {
 					Observation: "Congratulations! You have successfully cleared the Minesweeper board.",
 					Reward:      reward,
 					Terminated:  true,
-					Info:        g.info(),
+					Info:        g.Info(),
 				}
 			}
 			obs = fmt.Sprintf("At turn %d, you successfully revealed cell (%d, %d).", t, row, col)
@@ -222,9 +222,9 @@ func (g *minesweeper) Step(action string) StepResult {
 		obs = fmt.Sprintf("At turn %d, you chose an invalid action '%s'. Valid actions are 'reveal' or 'flag'.", t, word)
 	}
 	if t >= s.MaxTurns {
-		return turnLimitResult(turnLimitMessage, reward, g.info())
+		return turnLimitResult(turnLimitMessage, reward, g.Info())
 	}
-	return StepResult{Observation: obs, Reward: reward, Info: g.info()}
+	return StepResult{Observation: obs, Reward: reward, Info: g.Info()}
 }
 
 // parseMinesweeperAction returns the lowercased command word and the row and
@@ -369,7 +369,7 @@ func (g *minesweeper) won() bool {
 }
 
 // info renders GEM's suffix: the board and the call to action.
-func (g *minesweeper) info() Info {
+func (g *minesweeper) Info() Info {
 	s := &g.s
 	var b strings.Builder
 	b.WriteString("Here is the current board layout:\n   ")

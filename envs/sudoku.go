@@ -153,7 +153,7 @@ func (g *sudoku) Reset(rng *rand.Rand) (string, Info) {
 	s.Board = sudokuRemoveCells(rng, s.Solution, s.Clues)
 	s.InitNumEmpty = sudokuCountEmpty(s.Board)
 	s.TurnCount = 0
-	return g.Instructions(), g.info()
+	return g.Instructions(), g.Info()
 }
 
 // sudokuFillGrid builds a random solved grid as GEM does: backtracking over
@@ -307,7 +307,7 @@ func (g *sudoku) Step(action string) StepResult {
 	t := s.TurnCount
 	row, col, num, ok := sudokuParseMove(action)
 	if !ok {
-		return formatErrorResult("You did not provide a valid guess.", t, s.MaxTurns, g.info())
+		return formatErrorResult("You did not provide a valid guess.", t, s.MaxTurns, g.Info())
 	}
 	r, rOK := s.index(row)
 	c, cOK := s.index(col)
@@ -328,7 +328,7 @@ func (g *sudoku) Step(action string) StepResult {
 				Observation: "Congratulations! You have completed the Sudoku puzzle!",
 				Reward:      reward,
 				Terminated:  true,
-				Info:        g.info(),
+				Info:        g.Info(),
 			}
 		}
 		obs = fmt.Sprintf("At turn %d, you placed %s at R%s C%s, which is correct.", t, num, row, col)
@@ -337,9 +337,9 @@ func (g *sudoku) Step(action string) StepResult {
 		obs = fmt.Sprintf("At turn %d, you tried to place %s at R%s C%s, which violates Sudoku rules.", t, num, row, col)
 	}
 	if t >= s.MaxTurns {
-		return turnLimitResult(turnLimitMessage, reward, g.info())
+		return turnLimitResult(turnLimitMessage, reward, g.Info())
 	}
-	return StepResult{Observation: obs, Reward: reward, Info: g.info()}
+	return StepResult{Observation: obs, Reward: reward, Info: g.Info()}
 }
 
 // sudokuParseMove returns the row, column and number of the last
@@ -370,7 +370,7 @@ func (s *sudokuState) index(v string) (int, bool) {
 }
 
 // info is GEM's {"suffix": ...}: the current board and a call to action.
-func (g *sudoku) info() Info {
+func (g *sudoku) Info() Info {
 	return Info{"suffix": "Here is the current board layout:\n" + sudokuRender(g.s.Board) + "\nEnter your move."}
 }
 

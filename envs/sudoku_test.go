@@ -42,7 +42,7 @@ func TestSudokuFixtures(t *testing.T) {
 	replayFixtures(t, "sudoku", sudokuSDFixtures, func(t *testing.T, fc struct{ id, opts, state string }, reset fixtureReset) Env {
 		env := newTestEnv(t, fc.id, fc.opts, fc.state)
 		// Reset's info is the suffix of the restored board.
-		if got := env.(*sudoku).info(); !maps.Equal(got, reset.Info) {
+		if got := env.(*sudoku).Info(); !maps.Equal(got, reset.Info) {
 			t.Errorf("reset info:\n got %q\nwant %q", got, reset.Info)
 		}
 		return env
@@ -154,7 +154,7 @@ func TestSudokuBranches(t *testing.T) {
 			if tt.state != "" {
 				mustRestore(t, env, tt.state)
 			}
-			play(t, env, env.(*sudoku).info, tt.steps)
+			play(t, env, env.(*sudoku).Info, tt.steps)
 		})
 	}
 }
@@ -475,14 +475,14 @@ func TestSudokuRestore(t *testing.T) {
 		check   func(t *testing.T, env Env)
 	}{
 		{name: "turn count", state: `{"turn_count": 3}`, check: func(t *testing.T, env Env) {
-			play(t, env, env.(*sudoku).info, []step{{sudokuBox(1, 1, 1), sudokuPlaced(4, "1", "1", "1"), sudokuNinth, false, false}})
+			play(t, env, env.(*sudoku).Info, []step{{sudokuBox(1, 1, 1), sudokuPlaced(4, "1", "1", "1"), sudokuNinth, false, false}})
 		}},
 		{name: "scale change with grids", state: `{"scale": 9, "clues": 50, "solution": ` + solution9 + `, "board": ` +
 			strings.Replace(solution9, "[1,2,3", "[0,2,3", 1) + `, "init_num_empty": 1}`, check: func(t *testing.T, env Env) {
 			if !strings.Contains(env.Instructions(), "You are playing  Sudoku.") {
 				t.Errorf("instructions: %s", env.Instructions())
 			}
-			play(t, env, env.(*sudoku).info, []step{
+			play(t, env, env.(*sudoku).Info, []step{
 				{sudokuBox(5, 9, 9), sudokuFilled(1, "9", "5", "9"), 0, false, false},
 				{sudokuBox(1, 1, 1), sudokuWin, 1, true, false},
 			})

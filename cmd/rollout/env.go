@@ -36,6 +36,9 @@ func (c *envCmd) Run() error {
 			return fmt.Errorf("--state: %w", err)
 		}
 		obs = env.Instructions()
+		if _, shown := info["suffix"]; shown {
+			info = env.Info() // the restored board, not the one reset drew
+		}
 	}
 	return envplay.JSONL(os.Stdin, os.Stdout, env, obs, info)
 }
