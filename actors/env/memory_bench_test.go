@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
@@ -94,7 +95,12 @@ func measureInFlight(b *testing.B, n int) (total, tokenBytes int64) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx) }()
 	// Let the worker and its consumer settle before the baseline.
-	waitFor(b, func() bool { return w.Stats().InFlight == 0 })
+	bustest.CheckFor(b, time.Minute, 10*time.Millisecond, func() error {
+		if n := w.Stats().InFlight; n != 0 {
+			return fmt.Errorf("%d episodes in flight", n)
+		}
+		return nil
+	})
 	before := liveBytes()
 
 	for i := range n {
@@ -104,7 +110,12 @@ func measureInFlight(b *testing.B, n int) (total, tokenBytes int64) {
 		}
 	}
 	<-tjs.PublishAsyncComplete()
-	waitFor(b, func() bool { return heldCount() == n })
+	bustest.CheckFor(b, time.Minute, 10*time.Millisecond, func() error {
+		if got := heldCount(); got != n {
+			return fmt.Errorf("%d of %d episodes waiting on the model", got, n)
+		}
+		return nil
+	})
 	after := liveBytes()
 	mu.Lock()
 	for _, m := range held {
@@ -131,17 +142,6 @@ func liveBytes() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapAlloc + ms.StackInuse)
-}
-
-func waitFor(b *testing.B, cond func() bool) {
-	b.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.Fatal("condition not met in 60s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
