@@ -23,9 +23,8 @@ type endpoint struct {
 	slots   chan struct{} // capacity = per-endpoint in-flight cap
 	healthy atomic.Bool
 
-	eotMu    sync.Mutex
-	eotID    int32        // the end-of-turn token id; -1 until learned
-	eotKnown atomic.Int32 // eotID+1 once learned, read without the lock; 0 before
+	eotMu sync.Mutex   // held while learning the end-of-turn id
+	eot   atomic.Int32 // the end-of-turn token id plus one once learned; 0 before
 
 	tokens tokenCache
 
@@ -63,23 +62,33 @@ func (e *endpoint) endsTurn(ctx context.Context, ids []int32) (bool, error) {
 	if len(ids) == 0 {
 		return false, nil
 	}
-	if id := e.eotKnown.Load(); id > 0 {
-		return ids[len(ids)-1] == id-1, nil
+	id, err := e.endOfTurnID(ctx)
+	if err != nil {
+		return false, err
+	}
+	return ids[len(ids)-1] == id, nil
+}
+
+// endOfTurnID returns the model's end-of-turn token id, asking the server
+// the first time; concurrent first callers wait for one answer.
+func (e *endpoint) endOfTurnID(ctx context.Context) (int32, error) {
+	if id := e.eot.Load(); id > 0 {
+		return id - 1, nil
 	}
 	e.eotMu.Lock()
 	defer e.eotMu.Unlock()
-	if e.eotID < 0 {
-		toks, err := e.client.Tokenize(ctx, vllm.TokenizeRequest{Prompt: chat.ImEnd})
-		if err != nil {
-			return false, fmt.Errorf("learn end-of-turn token: %w", err)
-		}
-		if len(toks) != 1 {
-			return false, fmt.Errorf("%w: %q is %d tokens for this model, not one special token", errNoEndOfTurn, chat.ImEnd, len(toks))
-		}
-		e.eotID = toks[0]
-		e.eotKnown.Store(e.eotID + 1)
+	if id := e.eot.Load(); id > 0 {
+		return id - 1, nil
 	}
-	return ids[len(ids)-1] == e.eotID, nil
+	toks, err := e.client.Tokenize(ctx, vllm.TokenizeRequest{Prompt: chat.ImEnd})
+	if err != nil {
+		return 0, fmt.Errorf("learn end-of-turn token: %w", err)
+	}
+	if len(toks) != 1 {
+		return 0, fmt.Errorf("%w: %q is %d tokens for this model, not one special token", errNoEndOfTurn, chat.ImEnd, len(toks))
+	}
+	e.eot.Store(toks[0] + 1)
+	return toks[0], nil
 }
 
 func (e *endpoint) inFlight() int { return len(e.slots) }

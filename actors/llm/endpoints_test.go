@@ -20,7 +20,7 @@ import (
 func testRouter(n, capacity int) *router {
 	r := &router{}
 	for i := range n {
-		e := &endpoint{url: fmt.Sprintf("http://model-%d:8000", i), slots: make(chan struct{}, capacity), eotID: -1}
+		e := &endpoint{url: fmt.Sprintf("http://model-%d:8000", i), slots: make(chan struct{}, capacity)}
 		e.healthy.Store(true)
 		r.eps = append(r.eps, e)
 	}

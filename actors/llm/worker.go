@@ -103,7 +103,7 @@ func New(nc *nats.Conn, opts Options) (*Worker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("llm: endpoint %q: %w", u, err)
 		}
-		e := &endpoint{url: c.BaseURL(), client: c, slots: make(chan struct{}, opts.MaxInFlight), eotID: -1}
+		e := &endpoint{url: c.BaseURL(), client: c, slots: make(chan struct{}, opts.MaxInFlight)}
 		e.healthy.Store(true)
 		w.router.eps = append(w.router.eps, e)
 	}
@@ -129,13 +129,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	// stops the pool once no callback can run any more; a callback that
 	// still finds it closed belongs to a closed connection, on which no
 	// reply could be sent anyway.
-	inbox, quit := make(chan *nats.Msg), make(chan struct{})
+	inbox, quit := make(chan job), make(chan struct{})
 	enqueue := func(m *nats.Msg) {
-		if m.Subject == w.opts.Subjects.Tokenize() && w.answerFromCache(m) {
-			return
+		j := job{m: m}
+		if m.Subject == w.opts.Subjects.Tokenize() {
+			// Decoded once, here: a cache hit is answered at once, and a miss
+			// takes the decoded request to the pool.
+			j.tok, j.err = messages.Decode[messages.TokenizeRequest](m.Data)
+			if j.err == nil && w.answerFromCache(m, j.tok) {
+				return
+			}
 		}
 		select {
-		case inbox <- m:
+		case inbox <- j:
 		case <-quit:
 		}
 	}
@@ -180,8 +186,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Go(func() {
 			for {
 				select {
-				case m := <-inbox:
-					w.handle(work, m)
+				case j := <-inbox:
+					w.handle(work, j)
 				case <-quit:
 					return
 				}
@@ -204,7 +210,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) handle(ctx context.Context, m *nats.Msg) {
+// job is one request for the pool; a tokenize request arrives decoded (or
+// with the error that decoding it gave).
+type job struct {
+	m   *nats.Msg
+	tok *messages.TokenizeRequest
+	err error
+}
+
+func (w *Worker) handle(ctx context.Context, j job) {
+	m := j.m
 	var reply []byte
 	switch m.Subject {
 	case w.opts.Subjects.Generate():
@@ -212,7 +227,7 @@ func (w *Worker) handle(ctx context.Context, m *nats.Msg) {
 		reply = w.marshal(w.serveGenerate(ctx, m.Data))
 	default:
 		w.tokenize.Add(1)
-		reply = w.marshal(w.serveTokenize(ctx, m.Data))
+		reply = w.marshal(w.serveTokenize(ctx, j.tok, j.err))
 	}
 	if m.Reply == "" {
 		return
@@ -282,8 +297,7 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 	}
 }
 
-func (w *Worker) serveTokenize(ctx context.Context, data []byte) *messages.TokenizeReply {
-	req, err := messages.Decode[messages.TokenizeRequest](data)
+func (w *Worker) serveTokenize(ctx context.Context, req *messages.TokenizeRequest, err error) *messages.TokenizeReply {
 	if err != nil {
 		w.malformed.Add(1)
 		w.errs.Add(1)
@@ -319,9 +333,8 @@ func (w *Worker) serveTokenize(ctx context.Context, data []byte) *messages.Token
 // endpoint has tokenized before, right in the subscription callback: a
 // feedback tokenization then never waits behind generations for a worker
 // of the pool. It reports whether it answered.
-func (w *Worker) answerFromCache(m *nats.Msg) bool {
-	req, err := messages.Decode[messages.TokenizeRequest](m.Data)
-	if err != nil || len(req.Messages) > 0 || m.Reply == "" {
+func (w *Worker) answerFromCache(m *nats.Msg, req *messages.TokenizeRequest) bool {
+	if len(req.Messages) > 0 || m.Reply == "" {
 		return false
 	}
 	e := w.router.preferred(req.EpisodeID)
