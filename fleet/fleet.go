@@ -192,10 +192,10 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if coll != nil {
 		// The collector counts a group just after publishing its last
 		// trajectory; give it a moment to catch up with what we saw.
-		groups := uint64(len(reqs) / opts.NSamples)
-		deadline := time.Now().Add(5 * time.Second)
-		for err == nil && coll.Stats().Groups < groups && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+		if err == nil {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			coll.WaitGroups(wctx, uint64(len(reqs)/opts.NSamples))
+			cancel()
 		}
 		st := coll.Stats()
 		sum.GroupsKept, sum.GroupsFiltered, sum.GroupsIncomplete = int(st.GroupsKept), int(st.GroupsFiltered), int(st.GroupsIncomplete)

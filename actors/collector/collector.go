@@ -91,19 +91,42 @@ type Collector struct {
 	finished *recent
 	groups   map[string]*group
 
-	mu    sync.Mutex
-	stats Stats
+	mu      sync.Mutex
+	stats   Stats
+	counted *sync.Cond // on mu; broadcast whenever stats change
 }
 
 // New builds a collector.
 func New(js jetstream.JetStream, opts Options) *Collector {
 	opts.setDefaults()
-	return &Collector{
+	c := &Collector{
 		js: js, opts: opts, log: opts.Logger.With("actor", "collector"),
 		episodes: make(map[string]*partial),
 		finished: newRecent(1 << 18),
 		groups:   make(map[string]*group),
 	}
+	c.counted = sync.NewCond(&c.mu)
+	return c
+}
+
+// WaitGroups waits until at least n groups have ended (kept, filtered or
+// incomplete) or ctx ends, and reports whether they had.
+func (c *Collector) WaitGroups(ctx context.Context, n uint64) bool {
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		c.counted.Broadcast()
+		c.mu.Unlock()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.stats.Groups < n {
+		if ctx.Err() != nil {
+			return false
+		}
+		c.counted.Wait()
+	}
+	return true
 }
 
 // Stats returns a snapshot of the counters.
@@ -117,6 +140,7 @@ func (c *Collector) count(f func(*Stats)) {
 	c.mu.Lock()
 	f(&c.stats)
 	c.stats.InFlight = len(c.episodes)
+	c.counted.Broadcast()
 	c.mu.Unlock()
 }
 

@@ -714,3 +714,19 @@ func TestTwoCollectorsOneDurable(t *testing.T) {
 		t.Fatalf("standby assembled %d of %d episodes after the active collector stopped", got, episodes)
 	}
 }
+
+func TestWaitGroups(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	c := f.start(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if c.WaitGroups(ctx, 1) {
+		t.Fatal("no group has ended, yet WaitGroups reported one")
+	}
+	f.publish(t, oneTurn(request("w-1", "w-g", 0, 1), 1))
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer wcancel()
+	if !c.WaitGroups(wctx, 1) || c.Stats().Groups != 1 {
+		t.Fatalf("WaitGroups did not see the group end: %+v", c.Stats())
+	}
+}
