@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -33,8 +34,9 @@ type ServerOptions struct {
 	// DontListen serves in-process connections only (no TCP), which is the
 	// fastest way to run everything in one process.
 	DontListen bool
-	// DataDir is the JetStream store directory. Required: an empty one would
-	// silently land in the system temp directory.
+	// DataDir is the JetStream store directory. Required unless ConfigFile
+	// names one: an empty one would silently land in the system temp
+	// directory.
 	DataDir string
 	// MaxPayload defaults to DefaultMaxPayload.
 	MaxPayload int32
@@ -42,36 +44,27 @@ type ServerOptions struct {
 	ReadyTimeout time.Duration
 	// Logger receives the server's log lines; nil discards them.
 	Logger *slog.Logger
+	// ConfigFile names a nats-server configuration file (accounts, users and
+	// their permissions, TLS, limits) to start from. The fields above
+	// override its settings where they are set; Host, Port, DataDir and
+	// MaxPayload keep the file's values where they are not (Host then
+	// defaults to 127.0.0.1 only if the file names none). JetStream is on
+	// either way.
+	ConfigFile string
 }
 
 // StartServer starts an embedded NATS server with JetStream and waits until it
 // accepts connections. The caller owns it and stops it with Shutdown.
 func StartServer(opts ServerOptions) (*server.Server, error) {
-	if opts.DataDir == "" {
-		return nil, errors.New("bus: ServerOptions.DataDir is required")
+	sopts, err := opts.serverOptions()
+	if err != nil {
+		return nil, err
 	}
-	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(sopts.StoreDir, 0o755); err != nil {
 		return nil, fmt.Errorf("bus: create data dir: %w", err)
-	}
-	if opts.Host == "" {
-		opts.Host = "127.0.0.1"
-	}
-	if opts.MaxPayload == 0 {
-		opts.MaxPayload = DefaultMaxPayload
 	}
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 10 * time.Second
-	}
-	sopts := &server.Options{
-		ServerName: opts.Name,
-		Host:       opts.Host,
-		Port:       opts.Port,
-		DontListen: opts.DontListen,
-		JetStream:  true,
-		StoreDir:   opts.DataDir,
-		MaxPayload: opts.MaxPayload,
-		NoSigs:     true,
-		NoLog:      opts.Logger == nil,
 	}
 	s, err := server.NewServer(sopts)
 	if err != nil {
@@ -83,9 +76,53 @@ func StartServer(opts ServerOptions) (*server.Server, error) {
 	go s.Start()
 	if !s.ReadyForConnections(opts.ReadyTimeout) {
 		s.Shutdown()
-		return nil, fmt.Errorf("%w after %s (data dir %q; check it is writable)", ErrNotReady, opts.ReadyTimeout, opts.DataDir)
+		return nil, fmt.Errorf("%w after %s (data dir %q; check it is writable)", ErrNotReady, opts.ReadyTimeout, sopts.StoreDir)
 	}
 	return s, nil
+}
+
+// serverOptions turns opts, and the configuration file it names, into the
+// server's options.
+func (opts ServerOptions) serverOptions() (*server.Options, error) {
+	sopts := &server.Options{}
+	if opts.ConfigFile != "" {
+		var err error
+		if sopts, err = server.ProcessConfigFile(opts.ConfigFile); err != nil {
+			return nil, fmt.Errorf("bus: server config: %w", err)
+		}
+	}
+	if opts.Name != "" {
+		sopts.ServerName = opts.Name
+	}
+	switch {
+	case opts.Host != "":
+		sopts.Host = opts.Host
+	case sopts.Host == "":
+		sopts.Host = "127.0.0.1"
+	}
+	if opts.Port != 0 || opts.ConfigFile == "" {
+		sopts.Port = opts.Port
+	}
+	if opts.DontListen {
+		sopts.DontListen = true
+	}
+	if opts.DataDir != "" {
+		sopts.StoreDir = opts.DataDir
+	}
+	if sopts.StoreDir == "" {
+		// An empty one would silently land in the system temp directory.
+		return nil, errors.New("bus: ServerOptions.DataDir is required (or a store_dir in the config file)")
+	}
+	switch {
+	case opts.MaxPayload != 0:
+		sopts.MaxPayload = opts.MaxPayload
+	case sopts.MaxPayload == 0:
+		sopts.MaxPayload = DefaultMaxPayload
+	}
+	sopts.JetStream = true
+	sopts.NoSigs = true
+	sopts.NoLog = opts.Logger == nil
+	return sopts, nil
 }
 
 // Shutdown stops an embedded server and waits for it to finish.
@@ -94,46 +131,154 @@ func Shutdown(s *server.Server) {
 	s.WaitForShutdown()
 }
 
-// ConnectInProcess connects to an embedded server without TCP.
-func ConnectInProcess(s *server.Server, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect("", nats.InProcessServer(s), nats.Name(name), nats.MaxReconnects(-1))
+// ConnectInProcess connects to an embedded server without TCP. opts, at
+// most one, adds credentials for a server started from a configuration
+// file with users; TLS does not apply to in-process connections.
+func ConnectInProcess(s *server.Server, name string, opts ...ConnectOptions) (*nats.Conn, error) {
+	co, err := oneOf(opts)
 	if err != nil {
-		return nil, fmt.Errorf("bus: in-process connect: %w", err)
+		return nil, err
+	}
+	if co.TLS != (TLSOptions{}) {
+		return nil, fmt.Errorf("%w: TLS does not apply to an in-process connection", ErrConnectOptions)
+	}
+	auth, err := co.credentials()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect("", append([]nats.Option{nats.InProcessServer(s), nats.Name(name), nats.MaxReconnects(-1)}, auth...)...)
+	if err != nil {
+		return nil, co.Explain("in-process", err)
 	}
 	return nc, nil
 }
 
+// oneOf returns the one ConnectOptions of a variadic argument, or the zero
+// value for none.
+func oneOf(opts []ConnectOptions) (ConnectOptions, error) {
+	switch len(opts) {
+	case 0:
+		return ConnectOptions{}, nil
+	case 1:
+		return opts[0], nil
+	}
+	return ConnectOptions{}, fmt.Errorf("%w: at most one ConnectOptions, got %d", ErrConnectOptions, len(opts))
+}
+
+// firstErrorWait bounds how long Connect waits to learn why a first connect
+// attempt failed; nats.go reports it at once.
+const firstErrorWait = 5 * time.Second
+
 // Connect dials a comma-separated list of NATS URLs with the settings a
 // long-running fleet process wants: retry the first connect, reconnect forever,
-// and log connection changes.
-func Connect(urls, name string, log *slog.Logger) (*nats.Conn, error) {
+// and log connection changes. opts, at most one, adds credentials and TLS;
+// without it Connect authenticates only with what the URLs carry.
+//
+// A server that is not reachable yet is retried in the background, as is one
+// that goes away later. A failure no retry can mend ends Connect with an
+// error instead: credentials the server refuses (ErrAuthFailed, naming the
+// identity refused) or a failed TLS handshake (ErrTLSFailed). Should the
+// server refuse the credentials on a later reconnect, nats.go closes the
+// connection after the second refusal; its LastError then says why, and
+// ConnectOptions.Explain words it the same way.
+func Connect(urls, name string, log *slog.Logger, opts ...ConnectOptions) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	nc, err := nats.Connect(urls,
+	co, err := oneOf(opts)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := co.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	if co.TLS.Insecure {
+		log.Warn("TLS server verification is disabled: use this for tests only")
+	}
+	// first receives why the first connect attempt failed; failures counts
+	// the attempts that failed in a row, so that a server that stays away
+	// is logged now and then rather than at every attempt or never.
+	first := make(chan error, 1)
+	var failures atomic.Int64
+	nopts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			subj := ""
-			if sub != nil {
-				subj = sub.Subject
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			select {
+			case first <- err:
+			default:
 			}
-			log.Error("nats async error", "subject", subj, "err", err)
+			n := failures.Add(1)
+			if n == 1 && permanent(err) {
+				return // Connect returns it
+			}
+			if n == 1 || n%reconnectLogEvery == 0 {
+				log.Warn("nats connect failed; retrying", "urls", redactURLs(urls), "attempts", n, "err", co.Explain(urls, err))
+			}
 		}),
-	)
+		nats.ConnectHandler(func(c *nats.Conn) {
+			failures.Store(0)
+			log.Info("nats connected", "url", c.ConnectedUrlRedacted())
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			failures.Store(0)
+			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(c *nats.Conn) {
+			// A close the caller did not ask for: nats.go gives up on
+			// credentials refused twice in a row.
+			if err := c.LastError(); permanent(err) {
+				log.Error("nats connection closed", "err", co.Explain(urls, err))
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{"err", err}
+			if sub != nil {
+				attrs = append(attrs, "subject", sub.Subject)
+			}
+			switch {
+			case errors.Is(err, nats.ErrPermissionViolation):
+				log.Error("nats permission denied: the server's permissions for this user do not allow it", attrs...)
+			case isAuthError(err):
+				log.Error("nats refused the credentials", "err", co.Explain(urls, err))
+			default:
+				log.Error("nats async error", attrs...)
+			}
+		}),
+	}, auth...)
+	nc, err := nats.Connect(urls, nopts...)
 	if err != nil {
-		return nil, fmt.Errorf("bus: connect %s: %w", urls, err)
+		return nil, co.Explain(urls, err)
+	}
+	if nc.IsConnected() {
+		return nc, nil
+	}
+	// The first attempt failed and nats.go retries in the background; it
+	// reports why at once. Only an unreachable server is worth waiting for.
+	t := time.NewTimer(firstErrorWait)
+	defer t.Stop()
+	select {
+	case err := <-first:
+		if permanent(err) {
+			nc.Close()
+			return nil, co.Explain(urls, err)
+		}
+	case <-t.C:
 	}
 	return nc, nil
 }
+
+// reconnectLogEvery is how many failed attempts in a row pass between two
+// log lines about them: about every 10 s at the reconnect wait.
+const reconnectLogEvery = 40
 
 // Drain drains a connection and waits (bounded by ctx) until it is closed, so
 // in-flight handlers finish and pending publishes are flushed.

@@ -164,3 +164,33 @@ func TestFeedbackClosed(t *testing.T) {
 		})
 	}
 }
+
+func TestHistory(t *testing.T) {
+	tests := []struct {
+		name   string
+		obs    []string
+		suffix string
+		want   string
+	}{
+		{name: "nothing", want: ""},
+		{name: "reset only", obs: []string{"Rules."}, suffix: "Board.", want: "Rules.\nBoard."},
+		{name: "newline kept, not doubled", obs: []string{"Rules.\n", "At turn 1, ok."}, suffix: "S", want: "Rules.\nAt turn 1, ok.\nS"},
+		{name: "empty observation adds nothing", obs: []string{"Rules.", ""}, want: "Rules.\n"},
+		{name: "no suffix", obs: []string{"a", "b"}, want: "a\nb\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := History(tt.obs, tt.suffix); got != tt.want {
+				t.Fatalf("History = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestQwen3Game(t *testing.T) {
+	want := "<|im_start|>user\nYou are playing language games. Make valid actions to win.\nObservation: Guess.\nEnter.\n" +
+		"Please reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+	if got := Qwen3Game("Guess.\nEnter."); got != want {
+		t.Fatalf("Qwen3Game = %q, want %q", got, want)
+	}
+}

@@ -38,6 +38,9 @@ type StepResult struct {
 	Truncated bool
 	// Info is computed after the step has been applied.
 	Info Info
+	// Won reports that this step reached the game's goal. Several games pay their win as a
+	// progress increment rather than 1.0, so the reward cannot tell.
+	Won bool
 }
 
 // Done reports whether the episode is over.

@@ -319,6 +319,7 @@ func (f *fifteenPuzzle) Step(action string) StepResult {
 				Observation: "Congratulations! You have solved the puzzle!",
 				Reward:      rewardSuccess,
 				Terminated:  true,
+				Won:         true,
 				Info:        f.Info(),
 			}
 		}

@@ -270,6 +270,7 @@ func (g *game2048) Step(action string) StepResult {
 				Observation: fmt.Sprintf("Congratulations! You reached the %d tile in %d turns!", s.TargetTile, t),
 				Reward:      reward,
 				Terminated:  true,
+				Won:         true,
 				Info:        g.Info(),
 			}
 		case !game2048CanMove(s.Board):

@@ -151,6 +151,7 @@ func (g *guessTheNumber) Step(action string) StepResult {
 				Observation: fmt.Sprintf("Congratulations! You guessed the correct number %d in %d turns.", s.GameNumber, t),
 				Reward:      rewardSuccess,
 				Terminated:  true,
+				Won:         true,
 				Info:        gtnInfo(),
 			}
 		}

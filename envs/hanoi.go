@@ -163,6 +163,7 @@ func (g *towerOfHanoi) Step(action string) StepResult {
 				Observation: "Congratulations! You solved the Tower of Hanoi Puzzle",
 				Reward:      rewardSuccess,
 				Terminated:  true,
+				Won:         true,
 				Info:        g.Info(),
 			}
 		}

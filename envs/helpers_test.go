@@ -112,6 +112,10 @@ func replayFixtures[C any](t *testing.T, dir string, cases map[string]C, start f
 				if !sameResult(got, wantResult) {
 					t.Errorf("step %d (%q):\n got %+v\nwant %+v", want.Step, want.Action, got, wantResult)
 				}
+				// Every game announces its win with this word, and only its win.
+				if won := strings.HasPrefix(want.Observation, "Congratulations"); got.Won != won {
+					t.Errorf("step %d (%q): Won = %v, want %v", want.Step, want.Action, got.Won, won)
+				}
 				steps++
 			}
 			if err := sc.Err(); err != nil {
@@ -341,9 +345,15 @@ func wantSpecs(t *testing.T, family, chatSuffix string, want map[string]specWant
 }
 
 // mustNew builds id with its registered parameters.
+// mustNew builds a registered env with its defaults; a task env gets a
+// small question, as a request would give it.
 func mustNew(t testing.TB, id string) Env {
 	t.Helper()
-	env, err := New(id, nil)
+	var opts json.RawMessage
+	if spec, err := Lookup(id); err == nil && spec.Task {
+		opts, _ = WithTask(nil, "What is 1 + 1?", "2")
+	}
+	env, err := New(id, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,19 +9,13 @@ import (
 // and a fresh env restored from a snapshot reports the same.
 func TestInfoMatchesStep(t *testing.T) {
 	for _, id := range IDs() {
-		env, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		env := mustNew(t, id)
 		env.Reset(NewRNG(7))
 		res := env.Step(`\boxed{1 1 1} \boxed{up}`)
 		if !maps.Equal(res.Info, env.Info()) {
 			t.Errorf("%s: step info %q, Info() %q", id, res.Info, env.Info())
 		}
-		other, err := New(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := mustNew(t, id)
 		other.Reset(NewRNG(8))
 		if err := other.Restore(env.Snapshot()); err != nil {
 			t.Fatalf("%s: restore: %v", id, err)

@@ -209,6 +209,7 @@ func (m *mastermind) Step(action string) StepResult {
 				Observation: fmt.Sprintf("Congratulations! You guessed the correct code %s in %d turns.", mastermindList(s.Code), t),
 				Reward:      reward,
 				Terminated:  true,
+				Won:         true,
 				Info:        mastermindInfo(),
 			}
 		}

@@ -200,6 +200,7 @@ func (g *minesweeper) Step(action string) StepResult {
 					Observation: "Congratulations! You have successfully cleared the Minesweeper board.",
 					Reward:      reward,
 					Terminated:  true,
+					Won:         true,
 					Info:        g.Info(),
 				}
 			}

@@ -31,6 +31,10 @@ type Spec struct {
 	// ChatSuffix is the text appended to each feedback turn in the ChatML
 	// multi-turn prompt.
 	ChatSuffix string
+	// Task marks an env built per episode from the request: its prompt is the
+	// question and its label the expected answer (see WithTask). The env's
+	// instructions then are the first prompt.
+	Task bool
 
 	// new builds an env from the caller's overrides, GEM's make(id, **overrides).
 	new func(opts map[string]json.RawMessage) (Env, error)
@@ -51,6 +55,8 @@ var registry = indexSpecs(slices.Concat(
 	minesweeperSpecs(),
 	sudokuSpecs(),
 	mastermindSpecs(),
+	sokobanSpecs(),
+	mathSpecs(),
 )...)
 
 // indexSpecs keys the table by id, refusing duplicates so a bad row fails at start-up.
@@ -108,4 +114,27 @@ func Specs() []Spec {
 // IDs returns every registered id, sorted.
 func IDs() []string {
 	return slices.Sorted(maps.Keys(registry))
+}
+
+// WithTask adds a task env's question and expected answer to its constructor
+// overrides, as the keys "question" and "answer"; overrides the caller set
+// explicitly win.
+func WithTask(opts json.RawMessage, question, answer string) (json.RawMessage, error) {
+	obj, err := decodeObject(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadOption, err)
+	}
+	if obj == nil {
+		obj = make(map[string]json.RawMessage, 2)
+	}
+	for k, v := range map[string]string{"question": question, "answer": answer} {
+		if _, set := obj[k]; !set {
+			raw, err := json.Marshal(v)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrBadOption, k, err)
+			}
+			obj[k] = raw
+		}
+	}
+	return json.Marshal(obj)
 }

@@ -328,6 +328,7 @@ func (g *sudoku) Step(action string) StepResult {
 				Observation: "Congratulations! You have completed the Sudoku puzzle!",
 				Reward:      reward,
 				Terminated:  true,
+				Won:         true,
 				Info:        g.Info(),
 			}
 		}

@@ -41,3 +41,41 @@ func FuzzParseDataset(f *testing.F) {
 		}
 	})
 }
+
+func TestDatasetRowForms(t *testing.T) {
+	item := `{"responses_create_params": {"input": [{"role": "system", "content": "S"}, {"role": "user", "content": "What is 2+3?"}], "temperature": 0.5, "max_output_tokens": 64}, "question": "What is 2+3?", "expected_answer": "5", "agent_ref": {"type": "responses_api_agents", "name": "x"}}`
+	for _, tc := range []struct {
+		name, in                string
+		env, prompt, label, err string
+		msgs                    int
+	}{
+		{name: "prompt row", in: `{"prompt": "p", "label": "l"}`, prompt: "p", label: "l"},
+		{name: "nemo item", in: item, env: "math:nemo", prompt: "What is 2+3?", label: "5", msgs: 2},
+		{name: "nemo item names its env", in: `{"env": "math", ` + item[1:], env: "math", prompt: "What is 2+3?", label: "5", msgs: 2},
+		{name: "nemo item without question field", in: `{"responses_create_params": {"input": [{"role": "user", "content": [{"type": "input_text", "text": "Q"}]}]}, "expected_answer": "1"}`, env: "math:nemo", prompt: "Q", label: "1", msgs: 1},
+		{name: "question and answer", in: `{"question": "q", "expected_answer": "7"}`, env: "math", prompt: "q", label: "7"},
+		{name: "item without answer", in: `{"responses_create_params": {"input": [{"role": "user", "content": "Q"}]}}`, err: "without expected_answer"},
+		{name: "item without question", in: `{"responses_create_params": {"input": []}, "expected_answer": "1"}`, err: "no question"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows, err := ParseDataset([]byte(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("want error containing %q, got %v", tc.err, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rows[0]
+			if r.Env != tc.env || r.Prompt != tc.prompt || r.Label != tc.label || len(r.Messages) != tc.msgs {
+				t.Fatalf("got %+v", r)
+			}
+		})
+	}
+	rows, _ := ParseDataset([]byte(item))
+	if r := rows[0]; *r.Temperature != 0.5 || *r.MaxTokens != 64 || r.TopP != nil {
+		t.Fatalf("sampling overrides %+v", r)
+	}
+}

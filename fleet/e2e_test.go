@@ -167,6 +167,7 @@ func checkTrajectory(t *testing.T, tr *messages.Trajectory, rec *recorder) {
 		t.Fatalf("%s: prompt span\n got %q\nwant %q", tr.EpisodeID, got, wantPrompt)
 	}
 	var sum float64
+	var won bool
 	for i, r := range tr.ActionRanges {
 		gen := obs[r.Start:r.End]
 		if !rec.returned(obs[:r.Start], gen) {
@@ -183,6 +184,7 @@ func checkTrajectory(t *testing.T, tr *messages.Trajectory, rec *recorder) {
 			t.Fatalf("%s turn %d: reward %v, replay gives %v", tr.EpisodeID, i, tr.StepRewards[i], res.Reward)
 		}
 		sum += res.Reward
+		won = res.Won
 		end := int32(len(obs))
 		if i+1 < len(tr.ActionRanges) {
 			end = tr.ActionRanges[i+1].Start
@@ -201,6 +203,16 @@ func checkTrajectory(t *testing.T, tr *messages.Trajectory, rec *recorder) {
 	}
 	if sum != tr.Reward {
 		t.Fatalf("%s: reward %v, replay sums to %v", tr.EpisodeID, tr.Reward, sum)
+	}
+	checkEnd(t, tr, won)
+}
+
+// checkEnd checks the trajectory's success against the replay's last step,
+// and the bookkeeping every style shares.
+func checkEnd(t *testing.T, tr *messages.Trajectory, won bool) {
+	t.Helper()
+	if tr.Success != won {
+		t.Fatalf("%s: success %v, replay won %v", tr.EpisodeID, tr.Success, won)
 	}
 	if got := tr.ExtraLogs["turn_count"]; got != float64(tr.Turns) {
 		t.Fatalf("%s: extra_logs.turn_count %v, turns %d", tr.EpisodeID, got, tr.Turns)
@@ -338,4 +350,83 @@ func TestEndToEndAllGames(t *testing.T) {
 		}
 	}
 	t.Logf("per env:\n%s", sum.Table())
+}
+
+// checkSingleTurn checks a trajectory of a single-turn style: each sample's
+// prompt is GEM's concat history (in the qwen3_game template if asked) of a
+// replay of the game, its action is what the stand-in returned for that
+// prompt, and rewards and returns follow the replay.
+func checkSingleTurn(t *testing.T, tr *messages.Trajectory, rec *recorder) {
+	t.Helper()
+	if err := tr.Validate(); err != nil {
+		t.Fatalf("%s: invariant: %v", tr.EpisodeID, err)
+	}
+	var tok toyllm.Tokenizer
+	env, err := envs.New(tr.Env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, info := env.Reset(envs.NewRNG(*tr.EnvSeed))
+	history, suffix := []string{first}, info["suffix"]
+	var won bool
+	for i, smp := range tr.Samples {
+		r := smp.ActionRanges[0]
+		prompt, gen := smp.ObservationTokens[:r.Start], smp.ObservationTokens[r.Start:r.End]
+		want := chat.History(history, suffix)
+		if tr.ObsStyle == messages.ObsQwen3Game {
+			want = chat.Qwen3Game(want)
+		}
+		if got := tok.Decode(prompt); got != want {
+			t.Fatalf("%s turn %d: prompt\n got %q\nwant %q", tr.EpisodeID, i, got, want)
+		}
+		if int(r.End) != len(smp.ObservationTokens) {
+			t.Fatalf("%s turn %d: sample goes on after its action", tr.EpisodeID, i)
+		}
+		if !rec.returned(prompt, gen) {
+			t.Fatalf("%s turn %d: action tokens are not what the stand-in returned for this prompt", tr.EpisodeID, i)
+		}
+		res := env.Step(tok.Decode(gen))
+		if res.Reward != smp.Reward || res.Reward != tr.StepRewards[i] {
+			t.Fatalf("%s turn %d: reward %v, replay gives %v", tr.EpisodeID, i, smp.Reward, res.Reward)
+		}
+		history, suffix, won = append(history, res.Observation), res.Info["suffix"], res.Won
+	}
+	checkEnd(t, tr, won)
+}
+
+// TestEndToEndObsStyles plays games in GEM's single-turn observation styles
+// through the fleet: every turn is a fresh prompt and its own sample.
+func TestEndToEndObsStyles(t *testing.T) {
+	games := []string{"game:GuessTheNumber-v0-easy", "game:Mastermind-v0-easy", "game:Minesweeper-v0-easy", "game:Game2048-v0-easy"}
+	for _, style := range []string{messages.ObsConcat, messages.ObsQwen3Game} {
+		t.Run(style, func(t *testing.T) {
+			rec := &recorder{gen: map[string][][]int32{}}
+			var out bytes.Buffer
+			seed := uint64(11)
+			sum, err := Run(context.Background(), Options{
+				Env: strings.Join(games, ","), Episodes: 16 * len(games), ObsStyle: style, Seed: &seed,
+				MaxLength: 4096, MaxTokens: 64, Out: &out,
+				DataDir: filepath.Join(t.TempDir(), "nats"), ToyLLM: toyllm.Options{Record: rec.record},
+			})
+			if err != nil {
+				t.Fatalf("run: %v (%s)", err, sum)
+			}
+			if sum.Trajectories != 16*len(games) || sum.Failures != 0 {
+				t.Fatalf("want %d trajectories and no failures, got %s", 16*len(games), sum)
+			}
+			multi := 0
+			for _, tr := range readTrajectories(t, out.Bytes()) {
+				if tr.ObsStyle != style {
+					t.Fatalf("%s: obs_style %q, want %q", tr.EpisodeID, tr.ObsStyle, style)
+				}
+				checkSingleTurn(t, tr, rec)
+				if len(tr.Samples) > 1 {
+					multi++
+				}
+			}
+			if multi == 0 {
+				t.Error("no episode lasted more than one turn: the history was never exercised")
+			}
+		})
+	}
 }

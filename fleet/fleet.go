@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,8 @@ import (
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/nemogym"
+	"github.com/rollfleet/rollfleet/remoteenv"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
 
@@ -38,9 +41,13 @@ type Options struct {
 	// Episodes is the number of episodes (n samples per prompt count
 	// separately). With a dataset, 0 means every row once.
 	Episodes int
-	// Dataset is a JSONL file of rows {"prompt", "label", "env"?}; empty runs
-	// the env's own instructions as the prompt.
+	// Dataset is a JSONL file of rows {"prompt", "label", "env"?,
+	// "obs_style"?}, {"question", "expected_answer"} math rows, or NeMo Gym
+	// data items; empty runs the env's own instructions as the prompt.
 	Dataset string
+	// ObsStyle is the observation style of rows that name none
+	// (messages.ObsChat when empty).
+	ObsStyle string
 	// ApplyChatTemplate wraps dataset prompts as the first user turn of the
 	// model's chat template.
 	ApplyChatTemplate bool
@@ -65,6 +72,8 @@ type Options struct {
 	LLMMaxInFlight int
 	// NATS is an external server URL list; empty runs an embedded server.
 	NATS string
+	// NATSAuth adds credentials and TLS to the connections to NATS.
+	NATSAuth bus.ConnectOptions
 	// DataDir holds the embedded server's store; empty uses a temp dir that
 	// is removed afterwards.
 	DataDir string
@@ -73,6 +82,9 @@ type Options struct {
 	SubmitOnly bool
 	// Filter enables dynamic filtering of groups in the collector.
 	Filter *collector.ScoreRange
+	// Remote lists remote envs (served over HTTP) the embedded env worker
+	// hosts; their ids may be used like registered ones.
+	Remote []remoteenv.Config
 	// ToyLLM configures the stand-in model (latency, capacity, recording).
 	ToyLLM toyllm.Options
 	// Out receives one trajectory JSON object per line; nil discards.
@@ -113,11 +125,71 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// DatasetRow is one line of a dataset file.
+// DatasetRow is one line of a dataset file: a prompt row, a math
+// question/answer row, or a NeMo Gym data item (see UnmarshalJSON).
 type DatasetRow struct {
-	Prompt string `json:"prompt"`
-	Label  string `json:"label"`
-	Env    string `json:"env,omitempty"`
+	Prompt   string `json:"prompt"`
+	Label    string `json:"label"`
+	Env      string `json:"env,omitempty"`
+	ObsStyle string `json:"obs_style,omitempty"`
+	// Messages are a NeMo Gym item's input messages, the first prompt.
+	Messages []messages.ChatMessage `json:"messages,omitempty"`
+	// Sampling overrides of a NeMo Gym item; nil keeps the run's.
+	Temperature, TopP *float64 `json:"-"`
+	MaxTokens         *int32   `json:"-"`
+}
+
+// UnmarshalJSON reads the three row forms. A NeMo Gym item
+// (responses_create_params present) plays env "math:nemo" unless it names an
+// env: its input messages are the first prompt, its question the prompt, its
+// expected_answer the label, and its sampling fields override the run's. A
+// row with question and expected_answer plays env "math". Any other row is
+// {"prompt", "label", "env"?}, whose env may come from the run.
+func (r *DatasetRow) UnmarshalJSON(data []byte) error {
+	type plain DatasetRow
+	var raw struct {
+		plain
+		CreateParams   *nemogym.CreateParams `json:"responses_create_params"`
+		Question       *string               `json:"question"`
+		ExpectedAnswer *string               `json:"expected_answer"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*r = DatasetRow(raw.plain)
+	switch {
+	case raw.CreateParams != nil:
+		item := nemogym.Item{CreateParams: *raw.CreateParams}
+		if raw.Question != nil {
+			item.Question = *raw.Question
+		}
+		q, err := item.UserQuestion()
+		if err != nil {
+			return err
+		}
+		r.Prompt, r.Messages = q, nil
+		for _, m := range item.CreateParams.Input {
+			r.Messages = append(r.Messages, messages.ChatMessage{Role: m.Role, Content: m.Content})
+		}
+		r.Temperature, r.TopP, r.MaxTokens = item.CreateParams.Temperature, item.CreateParams.TopP, item.CreateParams.MaxOutputTokens
+		r.defaultEnv("math:nemo")
+	case raw.Question != nil && raw.ExpectedAnswer != nil:
+		r.Prompt = *raw.Question
+		r.defaultEnv("math")
+	default:
+		return nil
+	}
+	if raw.ExpectedAnswer == nil {
+		return errors.New("math row without expected_answer")
+	}
+	r.Label = *raw.ExpectedAnswer
+	return nil
+}
+
+func (r *DatasetRow) defaultEnv(id string) {
+	if r.Env == "" {
+		r.Env = id
+	}
 }
 
 // Run executes the job and returns its summary. It returns when every
@@ -229,7 +301,7 @@ func startBus(stack *cleanup, opts Options) (func(name string) (*nats.Conn, erro
 	}
 	if opts.NATS != "" {
 		return func(name string) (*nats.Conn, error) {
-			return track(bus.Connect(opts.NATS, name, opts.Logger))
+			return track(bus.Connect(opts.NATS, name, opts.Logger, opts.NATSAuth))
 		}, nil
 	}
 	dir := opts.DataDir
@@ -290,7 +362,10 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, connect func
 	if err != nil {
 		return nil, err
 	}
-	ew := envactor.New(conns["envworker"], envJS, envactor.Options{Concurrency: opts.Concurrency, Logger: opts.Logger})
+	ew, err := envactor.New(conns["envworker"], envJS, envactor.Options{Concurrency: opts.Concurrency, Remote: opts.Remote, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
 	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger})
 	// Stopped in dependency order (reverse of start): the env worker first,
 	// so its episodes still have an LLM worker to finish with and a
@@ -346,7 +421,7 @@ func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
 	var envIDs []string
 	if opts.Env != "" {
 		var err error
-		if envIDs, err = envs.Match(opts.Env); err != nil {
+		if envIDs, err = remoteenv.Match(opts.Env, opts.Remote); err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 	}
@@ -363,7 +438,7 @@ func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
 		if row.Env == "" {
 			return nil, fmt.Errorf("fleet: dataset row %d names no env and no --env is given", g%max(len(rows), 1)+1)
 		}
-		if _, err := envs.Lookup(row.Env); err != nil {
+		if _, err := envs.Lookup(row.Env); err != nil && !slices.ContainsFunc(opts.Remote, func(c remoteenv.Config) bool { return c.ID == row.Env }) {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 		// The n samples of a group share the prompt and so the game instance.
@@ -371,15 +446,28 @@ func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
 		for i := range n {
 			idx := g*n + i
 			sampleSeed := int64(mix(*opts.Seed, 2*idx+1) >> 1)
+			sp := messages.SamplingParams{
+				Temperature: opts.Temperature, TopP: opts.TopP, MaxTokens: int32(opts.MaxTokens), Seed: &sampleSeed,
+			}
+			if row.Temperature != nil {
+				sp.Temperature = *row.Temperature
+			}
+			if row.TopP != nil {
+				sp.TopP = *row.TopP
+			}
+			if row.MaxTokens != nil {
+				sp.MaxTokens = *row.MaxTokens
+			}
+			style := row.ObsStyle
+			if style == "" {
+				style = opts.ObsStyle
+			}
 			reqs = append(reqs, &messages.EpisodeRequest{
 				V: messages.Version, EpisodeID: fmt.Sprintf("%s-%06d", runID, idx),
 				GroupID: fmt.Sprintf("%s-g%06d", runID, g), SampleIndex: int32(i), GroupSize: int32(n),
 				Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
-				Label: row.Label,
-				Sampling: messages.SamplingParams{
-					Temperature: opts.Temperature, TopP: opts.TopP, MaxTokens: int32(opts.MaxTokens), Seed: &sampleSeed,
-				},
-				MaxLength: int32(opts.MaxLength), SubmitTime: now,
+				Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: int32(g % max(len(rows), 1)),
+				Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: now,
 			})
 		}
 	}

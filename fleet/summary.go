@@ -15,10 +15,6 @@ import (
 	"github.com/rollfleet/rollfleet/messages"
 )
 
-// SuccessReward is GEM's reward for solving a game: an episode whose last
-// step earned it counts as a success.
-const SuccessReward = 1.0
-
 // Summary describes a finished run.
 type Summary struct {
 	Episodes     int // submitted
@@ -247,18 +243,25 @@ func (s *Summary) addTrajectory(data []byte, ours, pending map[string]bool, out 
 	e.Trajectories++
 	e.Turns += int(t.Turns)
 	e.RewardSum += t.Reward
-	s.Tokens += len(t.ObservationTokens)
-	for _, r := range t.ActionRanges {
-		s.ActionTokens += int(r.End - r.Start)
+	s.countTokens(t.ObservationTokens, t.ActionRanges)
+	for _, smp := range t.Samples {
+		s.countTokens(smp.ObservationTokens, smp.ActionRanges)
 	}
 	if t.Truncated {
 		s.Truncated++
 	}
-	if n := len(t.StepRewards); n > 0 && t.StepRewards[n-1] == SuccessReward {
+	if t.Success {
 		s.Successes++
 		e.Successes++
 	}
 	return nil
+}
+
+func (s *Summary) countTokens(toks messages.Tokens, actions messages.Ranges) {
+	s.Tokens += len(toks)
+	for _, r := range actions {
+		s.ActionTokens += int(r.End - r.Start)
+	}
 }
 
 func (s *Summary) addFailure(data []byte, ours, pending map[string]bool, out io.Writer) error {

@@ -124,6 +124,43 @@ func (t Trajectory) MarshalJSON() ([]byte, error) {
 	w.field("submit_time_ns", t.SubmitTime)
 	w.field("done_time_ns", t.DoneTime)
 	w.field("generate_ns", t.GenerateNanos)
+	if t.ObsStyle != "" {
+		w.field("obs_style", t.ObsStyle)
+	}
+	if len(t.Samples) > 0 {
+		w.raw("samples", func(b []byte) ([]byte, error) { return appendArray(b, "Samples", t.Samples, appendSample) })
+	}
+	w.field("success", t.Success)
+	if len(t.Info) > 0 {
+		w.field("info", t.Info)
+	}
+	// NeMo Gym's result fields, so its tooling reads the same lines.
+	if r, ok := t.ExtraLogs["library_reward"]; ok {
+		w.field("library_reward", r)
+	}
+	for _, k := range []string{"expected_answer", "extracted_answer"} {
+		if v, ok := t.Info[k]; ok {
+			w.field(k, v)
+		}
+	}
+	w.field("_ng_task_index", t.TaskIndex)
+	w.field("_ng_rollout_index", t.SampleIndex)
+	if w.err != nil {
+		return nil, w.err
+	}
+	return append(w.b, '}'), nil
+}
+
+// appendSample writes one single-turn sample with the same array encodings as a trajectory.
+func appendSample(b []byte, s Sample) ([]byte, error) {
+	w := jsonWriter{b: b}
+	w.b = append(w.b, '{')
+	w.first = true
+	w.raw("observation_tokens", func(b []byte) ([]byte, error) { return appendArray(b, "Tokens", s.ObservationTokens, appendInt32) })
+	w.raw("action_ranges", func(b []byte) ([]byte, error) { return appendArray(b, "Ranges", s.ActionRanges, appendRange) })
+	w.raw("rollout_log_probs", func(b []byte) ([]byte, error) { return appendArray(b, "Logprobs", s.RolloutLogProbs, appendFloat32) })
+	w.field("reward", s.Reward)
+	w.field("return", s.Return)
 	if w.err != nil {
 		return nil, w.err
 	}
@@ -134,12 +171,17 @@ func (t Trajectory) MarshalJSON() ([]byte, error) {
 type jsonWriter struct {
 	b   []byte
 	err error
+	// first is set when b already holds the object's opening brace but no member.
+	first bool
 }
 
 func (w *jsonWriter) key(name string) {
-	if len(w.b) == 0 {
+	switch {
+	case w.first:
+		w.first = false
+	case len(w.b) == 0:
 		w.b = append(w.b, '{')
-	} else {
+	default:
 		w.b = append(w.b, ',')
 	}
 	w.b = append(append(append(w.b, '"'), name...), '"', ':')

@@ -61,6 +61,19 @@ type SamplingParams struct {
 	MaxTokens   int32    `msgpack:"m"  json:"max_tokens,omitempty"` // per-turn cap, 0 = none
 	Stop        []string `msgpack:"s,omitempty" json:"stop,omitempty"`
 	Seed        *int64   `msgpack:"sd,omitempty" json:"seed,omitempty"`
+	// The fields below are passed to the model server only when set; their zero values leave
+	// the server's defaults (and the RL settings of the LLM worker) in place.
+	MinP              float64 `msgpack:"mp,omitempty" json:"min_p,omitempty"`              // 0 = off
+	PresencePenalty   float64 `msgpack:"pp,omitempty" json:"presence_penalty,omitempty"`   // 0 = off
+	FrequencyPenalty  float64 `msgpack:"fp,omitempty" json:"frequency_penalty,omitempty"`  // 0 = off
+	RepetitionPenalty float64 `msgpack:"rp,omitempty" json:"repetition_penalty,omitempty"` // 0 = unset (1.0)
+	MinTokens         int32   `msgpack:"mn,omitempty" json:"min_tokens,omitempty"`
+	StopTokenIDs      Tokens  `msgpack:"si,omitempty" json:"stop_token_ids,omitempty"`
+	IgnoreEOS         bool    `msgpack:"ie,omitempty" json:"ignore_eos,omitempty"`
+	// SkipSpecialTokens leaves special tokens out of the reply's text (vLLM's default for
+	// OpenAI clients); false keeps them, as RL rollouts want. Token ids are never affected.
+	SkipSpecialTokens      bool `msgpack:"ss,omitempty" json:"skip_special_tokens,omitempty"`
+	IncludeStopStrInOutput bool `msgpack:"is,omitempty" json:"include_stop_str_in_output,omitempty"`
 }
 
 // EpisodeRequest asks an env worker to run one episode; it is the work item of the episodes
@@ -82,7 +95,34 @@ type EpisodeRequest struct {
 	MaxTurns         int32          `msgpack:"mt,omitempty"` // 0 = env default
 	SubmitTime       int64          `msgpack:"ts"`           // unix nanoseconds
 	MinPolicyVersion int64          `msgpack:"pv,omitempty"`
+	// ObsStyle is how observations become prompts: ObsChat (empty means it), ObsConcat or
+	// ObsQwen3Game.
+	ObsStyle string `msgpack:"os,omitempty"`
+	// Messages, when set, are the first prompt as chat messages (a system prompt, say) rendered
+	// by the model's chat template; they take precedence over Prompt for the model's input.
+	Messages []ChatMessage `msgpack:"ms,omitempty"`
+	// TaskIndex is the dataset row this episode came from (NeMo Gym's _ng_task_index).
+	TaskIndex int32 `msgpack:"ti,omitempty"`
 }
+
+// Observation styles of EpisodeRequest.ObsStyle.
+const (
+	// ObsChat plays the episode as one multi-turn ChatML conversation: the trajectory is one
+	// token sequence with an action range per turn.
+	ObsChat = "chat"
+	// ObsConcat is GEM's concat wrapper: each turn's prompt is the history of observations plus
+	// the env's suffix, as plain text; the trajectory has one sample per turn.
+	ObsConcat = "concat"
+	// ObsQwen3Game is ObsConcat's prompt wrapped in GEM's qwen3_game single-turn chat template.
+	ObsQwen3Game = "qwen3_game"
+)
+
+// ObsStyles lists the observation styles, the default first.
+var ObsStyles = []string{ObsChat, ObsConcat, ObsQwen3Game}
+
+// SingleTurnStyle reports whether an observation style builds a fresh prompt every turn, so
+// that each turn is a sample of its own.
+func SingleTurnStyle(style string) bool { return style == ObsConcat || style == ObsQwen3Game }
 
 // GenerateRequest asks an LLM worker for one model turn, token ids in.
 type GenerateRequest struct {
@@ -151,7 +191,7 @@ type StepEvent struct {
 	// over, and the collector keeps only the steps of the latest attempt it has seen.
 	Attempt        int32              `msgpack:"a,omitempty"`
 	Episode        *EpisodeRequest    `msgpack:"er,omitempty"` // turn 0 only: the request, so the collector needs nothing else
-	PromptTokens   Tokens             `msgpack:"pt,omitempty"` // turn 0 only
+	PromptTokens   Tokens             `msgpack:"pt,omitempty"` // turn 0, or every turn of a single-turn style
 	ActionTokens   Tokens             `msgpack:"at"`
 	ActionLogprobs Logprobs           `msgpack:"al"`
 	ActionText     string             `msgpack:"ax"`
@@ -163,12 +203,16 @@ type StepEvent struct {
 	Truncated      bool               `msgpack:"tr"`
 	FinishReason   string             `msgpack:"fr"`
 	ExtraLogs      map[string]float64 `msgpack:"xl,omitempty"`
-	EnvState       []byte             `msgpack:"st,omitempty"` // JSON snapshot of the env after this step
-	Endpoint       string             `msgpack:"ep,omitempty"`
-	PolicyVersion  int64              `msgpack:"pv,omitempty"`
-	GenerateNanos  int64              `msgpack:"gn,omitempty"`
-	StepNanos      int64              `msgpack:"sn,omitempty"`
-	Error          string             `msgpack:"err,omitempty"` // the episode failed at this turn; the collector emits a Failure
+	// Info carries the env's text results of this step (a verifier's extracted_answer, say).
+	Info map[string]string `msgpack:"in,omitempty"`
+	// Success is the env's verdict that the episode was won (set on the final step).
+	Success       bool   `msgpack:"ok,omitempty"`
+	EnvState      []byte `msgpack:"st,omitempty"` // JSON snapshot of the env after this step
+	Endpoint      string `msgpack:"ep,omitempty"`
+	PolicyVersion int64  `msgpack:"pv,omitempty"`
+	GenerateNanos int64  `msgpack:"gn,omitempty"`
+	StepNanos     int64  `msgpack:"sn,omitempty"`
+	Error         string `msgpack:"err,omitempty"` // the episode failed at this turn; the collector emits a Failure
 }
 
 // IsEndMarker reports whether e only marks the end of its episode: no action tokens, Done and no
@@ -204,6 +248,34 @@ type Trajectory struct {
 	SubmitTime        int64              `msgpack:"ts" json:"submit_time_ns"`
 	DoneTime          int64              `msgpack:"dt" json:"done_time_ns"`
 	GenerateNanos     int64              `msgpack:"gn" json:"generate_ns"`
+	// ObsStyle is the observation style that produced the trajectory (ObsChat when empty).
+	ObsStyle string `msgpack:"os,omitempty" json:"obs_style"`
+	// Samples holds one single-turn sample per turn for a single-turn style; the top-level
+	// token fields are then empty.
+	Samples []Sample `msgpack:"sm,omitempty" json:"samples,omitempty"`
+	// Success is the env's verdict that the episode was won.
+	Success bool `msgpack:"ok,omitempty" json:"success"`
+	// Info holds the env's text results of the last step (expected_answer, extracted_answer …).
+	Info map[string]string `msgpack:"in,omitempty" json:"info,omitempty"`
+	// TaskIndex is the dataset row of the episode (NeMo Gym's _ng_task_index).
+	TaskIndex int32 `msgpack:"ti,omitempty" json:"_ng_task_index"`
+	// Resumed counts how often the episode moved to another env worker and
+	// continued from its last completed turn.
+	Resumed int32 `msgpack:"rs,omitempty" json:"resumed"`
+}
+
+// Sample is one turn of a trajectory played in a single-turn observation style: that turn's
+// prompt followed by the model's action, in OpenRLHF's fields, so each trains as a sample of its
+// own.
+type Sample struct {
+	ObservationTokens Tokens   `msgpack:"ot" json:"observation_tokens"`
+	ActionRanges      Ranges   `msgpack:"ar" json:"action_ranges"`
+	RolloutLogProbs   Logprobs `msgpack:"lp" json:"rollout_log_probs"`
+	// Reward is this turn's step reward.
+	Reward float64 `msgpack:"r" json:"reward"`
+	// Return is the sum of this and every later step reward: the undiscounted return from
+	// this turn, what a single-turn trainer credits the action with.
+	Return float64 `msgpack:"rt" json:"return"`
 }
 
 // Group is the n trajectories of one prompt, for group-baseline algorithms and dynamic filtering.

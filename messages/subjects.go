@@ -75,6 +75,15 @@ func (s Subjects) Generate() string { return s.subject("llm", "generate") }
 // Tokenize is the request/reply subject of TokenizeRequest.
 func (s Subjects) Tokenize() string { return s.subject("llm", "tokenize") }
 
+// Detokenize is the request/reply subject of DetokenizeRequest.
+func (s Subjects) Detokenize() string { return s.subject("llm", "detokenize") }
+
+// TokenizeChat is the request/reply subject of ChatTokenizeRequest.
+func (s Subjects) TokenizeChat() string { return s.subject("llm", "tokenize_chat") }
+
+// ModelInfo is the request/reply subject of ModelInfoRequest.
+func (s Subjects) ModelInfo() string { return s.subject("llm", "info") }
+
 // Steps is the subject of an episode's StepEvents: <prefix>.steps.<Token(episode)>.
 func (s Subjects) Steps(episode string) string { return s.subject("steps", Token(episode)) }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 var (
@@ -191,7 +192,26 @@ func (r *EpisodeRequest) validate() *ValidationError {
 		r.Sampling.validate().in("sampling"),
 		checkPositive("max_length", r.MaxLength),
 		checkNonNegative("max_turns", r.MaxTurns),
+		checkObsStyle(r.ObsStyle),
+		checkMessages(r.Messages),
+		checkNonNegative("task_index", r.TaskIndex),
 	)
+}
+
+func checkObsStyle(style string) *ValidationError {
+	if style != "" && !slices.Contains(ObsStyles, style) {
+		return invalid("obs_style", "%.64q is not one of %v", style, ObsStyles)
+	}
+	return nil
+}
+
+func checkMessages(msgs []ChatMessage) *ValidationError {
+	for i, m := range msgs {
+		if m.Role == "" {
+			return invalid(fmt.Sprintf("messages[%d].role", i), "must not be empty")
+		}
+	}
+	return nil
 }
 
 func checkEnvOptions(opts []byte) *ValidationError {
@@ -351,17 +371,29 @@ func (t *Trajectory) validate() *ValidationError {
 		return e
 	}
 	switch {
-	case len(t.RolloutLogProbs) != len(t.ObservationTokens):
-		return invalid("rollout_log_probs", "%d logprobs for %d observation tokens", len(t.RolloutLogProbs), len(t.ObservationTokens))
 	case t.Turns < 0:
 		return invalid("turns", "must be >= 0, got %d", t.Turns)
-	case len(t.ActionRanges) != int(t.Turns):
-		return invalid("action_ranges", "%d ranges for %d turns", len(t.ActionRanges), t.Turns)
-	case len(t.StepRewards) != int(t.Turns):
-		return invalid("step_rewards", "%d step rewards for %d turns", len(t.StepRewards), t.Turns)
 	}
-	if e := t.checkActions(); e != nil {
+	if e := checkObsStyle(t.ObsStyle); e != nil {
 		return e
+	}
+	if SingleTurnStyle(t.ObsStyle) {
+		if e := t.checkSamples(); e != nil {
+			return e
+		}
+	} else {
+		switch {
+		case len(t.Samples) > 0:
+			return invalid("samples", "only single-turn styles have samples, this is %q", t.ObsStyle)
+		case len(t.ActionRanges) != int(t.Turns):
+			return invalid("action_ranges", "%d ranges for %d turns", len(t.ActionRanges), t.Turns)
+		}
+		if e := checkActions(t.ObservationTokens, t.ActionRanges, t.RolloutLogProbs); e != nil {
+			return e
+		}
+	}
+	if len(t.StepRewards) != int(t.Turns) {
+		return invalid("step_rewards", "%d step rewards for %d turns", len(t.StepRewards), t.Turns)
 	}
 	if e := first(
 		checkFinite("reward", t.Reward),
@@ -380,11 +412,46 @@ func (t *Trajectory) validate() *ValidationError {
 	return nil
 }
 
-// checkActions checks the action ranges, then the logprobs they delimit.
-func (t *Trajectory) checkActions() *ValidationError {
-	lp := t.RolloutLogProbs
+// checkSamples checks a single-turn style's samples: none of the top-level token fields; one
+// sample per turn, each with one action range and valid logprobs, rewarded with its step reward
+// and the return from it.
+func (t *Trajectory) checkSamples() *ValidationError {
+	switch {
+	case len(t.ObservationTokens) > 0 || len(t.ActionRanges) > 0 || len(t.RolloutLogProbs) > 0:
+		return invalid("observation_tokens", "must be empty in style %q: the samples hold the tokens", t.ObsStyle)
+	case len(t.Samples) != int(t.Turns):
+		return invalid("samples", "%d samples for %d turns", len(t.Samples), t.Turns)
+	case len(t.StepRewards) != int(t.Turns):
+		return invalid("step_rewards", "%d step rewards for %d turns", len(t.StepRewards), t.Turns)
+	}
+	var ret float64
+	for i := len(t.Samples) - 1; i >= 0; i-- {
+		s := &t.Samples[i]
+		ret += t.StepRewards[i]
+		field := fmt.Sprintf("samples[%d]", i)
+		switch {
+		case len(s.ActionRanges) != 1:
+			return invalid(field+".action_ranges", "%d ranges, want 1", len(s.ActionRanges))
+		case s.Reward != t.StepRewards[i]:
+			return invalid(field+".reward", "%v differs from step_rewards[%d] %v", s.Reward, i, t.StepRewards[i])
+		case s.Return != ret:
+			return invalid(field+".return", "%v is not the sum of the step rewards from turn %d, %v", s.Return, i, ret)
+		}
+		if e := checkActions(s.ObservationTokens, s.ActionRanges, s.RolloutLogProbs); e != nil {
+			return e.in(field)
+		}
+	}
+	return nil
+}
+
+// checkActions checks one token sequence: one logprob per token, then the action ranges, then
+// the logprobs they delimit.
+func checkActions(tokens Tokens, ranges Ranges, lp Logprobs) *ValidationError {
+	if len(lp) != len(tokens) {
+		return invalid("rollout_log_probs", "%d logprobs for %d observation tokens", len(lp), len(tokens))
+	}
 	prevEnd := 0
-	for i, r := range t.ActionRanges {
+	for i, r := range ranges {
 		start, end := int(r.Start), int(r.End)
 		var reason string
 		switch {
@@ -404,7 +471,7 @@ func (t *Trajectory) checkActions() *ValidationError {
 	}
 	const field = "rollout_log_probs"
 	prevEnd = 0
-	for _, r := range t.ActionRanges {
+	for _, r := range ranges {
 		if e := first(
 			checkZeroLogprobs(field, lp, prevEnd, int(r.Start)),
 			checkFiniteLogprobs(field, lp, int(r.Start), int(r.End)),

@@ -28,6 +28,7 @@ var boardGames = []struct {
 	{[]byte("You are playing Tower of Hanoi"), planHanoi},
 	{[]byte("-Puzzle game."), planSlide},
 	{[]byte("You are playing 2048."), planSlide},
+	{[]byte("You are solving the Sokoban puzzle."), planSokoban},
 }
 
 // appendBoardGamePlan appends a reply for a board game, or reports false
@@ -239,4 +240,157 @@ func planSlide(dst, text []byte, rng *rand.PCG) []byte {
 	dst = append(dst, d...)
 	dst = append(dst, ". "...)
 	return appendBox(dst, d)
+}
+
+// sokobanDirs are Sokoban's moves and their (row, col) steps.
+var sokobanDirs = [4]struct {
+	name   string
+	dr, dc int
+}{{"up", -1, 0}, {"down", 1, 0}, {"left", 0, -1}, {"right", 0, 1}}
+
+// sokobanBoard is the latest Sokoban board of a conversation, one symbol a
+// cell: '#' wall, '_' floor, 'O' empty target, 'X' box, 'V' box on a target
+// (drawn "√"), 'P' the player.
+type sokobanBoard [][]byte
+
+// readSokobanBoard reads the rows after the last board header, up to the
+// blank line that ends them.
+func readSokobanBoard(text []byte) sokobanBoard {
+	var rows sokobanBoard
+	for _, line := range bytes.Split(lastBlock(text, "Here is the current board layout:\n"), []byte("\n")) {
+		f := bytes.Fields(line)
+		if len(f) == 0 {
+			break
+		}
+		row := make([]byte, len(f))
+		for i, sym := range f {
+			row[i] = sym[0]
+			if string(sym) == "√" {
+				row[i] = 'V'
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// at is the symbol on (r, c), a wall off the board.
+func (b sokobanBoard) at(r, c int) byte {
+	if r < 0 || r >= len(b) || c < 0 || c >= len(b[r]) {
+		return '#'
+	}
+	return b[r][c]
+}
+
+// free reports whether the player or a box can move onto (r, c).
+func (b sokobanBoard) free(r, c int) bool {
+	v := b.at(r, c)
+	return v == '_' || v == 'O' || v == 'P'
+}
+
+// stuck reports whether a box on (r, c), off a target, could never leave
+// it: a wall above or below and one to the side.
+func (b sokobanBoard) stuck(r, c int) bool {
+	return b.at(r, c) != 'O' && (b.at(r-1, c) == '#' || b.at(r+1, c) == '#') && (b.at(r, c-1) == '#' || b.at(r, c+1) == '#')
+}
+
+// targetDistance is the Manhattan distance from (r, c) to the nearest empty
+// target, or -1 when there is none.
+func (b sokobanBoard) targetDistance(r, c int) int {
+	best := -1
+	for tr, row := range b {
+		for tc, v := range row {
+			if d := max(tr-r, r-tr) + max(tc-c, c-tc); v == 'O' && (best < 0 || d < best) {
+				best = d
+			}
+		}
+	}
+	return best
+}
+
+// planSokoban plays greedily: of the pushes the player can walk to that
+// bring a box closer to an empty target without wedging it in a corner, it
+// picks the one with the shortest walk and takes the first step toward it.
+// Sometimes it wanders instead, so episodes differ, and sometimes it slips.
+func planSokoban(dst, text []byte, rng *rand.PCG) []byte {
+	if slip(rng) {
+		return append(dst, `I go \boxed{north}`...) // not a direction: a format error
+	}
+	b := readSokobanBoard(text)
+	dir := sokobanDirs[intN(rng, len(sokobanDirs))].name
+	if pr, pc, ok := b.player(); ok && intN(rng, 8) != 0 {
+		if d, ok := b.bestStep(pr, pc); ok {
+			dir = d
+		}
+	}
+	dst = append(dst, "I move "...)
+	dst = append(dst, dir...)
+	dst = append(dst, ". "...)
+	return appendBox(dst, dir)
+}
+
+// player finds P on the board.
+func (b sokobanBoard) player() (r, c int, ok bool) {
+	for r, row := range b {
+		if c := bytes.IndexByte(row, 'P'); c >= 0 {
+			return r, c, true
+		}
+	}
+	return 0, 0, false
+}
+
+// bestStep is the first move toward the best push from (pr, pc), or false
+// when no push helps.
+func (b sokobanBoard) bestStep(pr, pc int) (string, bool) {
+	// Breadth first over free cells: the walk length to each cell and the
+	// move that starts the walk.
+	type cell struct{ r, c int }
+	dist := map[cell]int{{pr, pc}: 0}
+	first := map[cell]int{}
+	queue := []cell{{pr, pc}}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		for i, d := range sokobanDirs {
+			next := cell{cur.r + d.dr, cur.c + d.dc}
+			if _, seen := dist[next]; seen || !b.free(next.r, next.c) {
+				continue
+			}
+			dist[next] = dist[cur] + 1
+			first[next] = i
+			if cur != (cell{pr, pc}) {
+				first[next] = first[cur]
+			}
+			queue = append(queue, next)
+		}
+	}
+	bestWalk, bestMove := -1, 0
+	for r, row := range b {
+		for c, v := range row {
+			if v != 'X' {
+				continue
+			}
+			now := b.targetDistance(r, c)
+			for i, d := range sokobanDirs {
+				to, from := cell{r + d.dr, c + d.dc}, cell{r - d.dr, c - d.dc}
+				walk, reachable := dist[from]
+				if !reachable || !b.free(to.r, to.c) || b.stuck(to.r, to.c) {
+					continue
+				}
+				if after := b.targetDistance(to.r, to.c); after < 0 || after >= now {
+					continue
+				}
+				if bestWalk < 0 || walk < bestWalk {
+					bestWalk, bestMove = walk, i
+					if walk > 0 {
+						bestMove = first[from]
+					}
+				}
+			}
+		}
+	}
+	if bestWalk < 0 {
+		return "", false
+	}
+	return sokobanDirs[bestMove].name, true
 }

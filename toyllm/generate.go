@@ -115,10 +115,12 @@ func generate(st *genState, gp *genParams) {
 	planRNG.Seed(seed, planStream)
 	tokRNG.Seed(seed, tokenStream)
 
-	var board bool
-	if st.planText, board = appendBoardGamePlan(st.planText[:0], st.text, &planRNG); !board {
-		p := choosePlan(&game, &gp.sampling, &planRNG)
-		st.planText = appendPlanText(st.planText[:0], &game, p)
+	var ok bool
+	if st.planText, ok = appendMathPlan(st.planText[:0], st.text, &planRNG); !ok {
+		if st.planText, ok = appendBoardGamePlan(st.planText[:0], st.text, &planRNG); !ok {
+			p := choosePlan(&game, &gp.sampling, &planRNG)
+			st.planText = appendPlanText(st.planText[:0], &game, p)
+		}
 	}
 	st.plan = st.plan[:0]
 	for _, b := range st.planText {

@@ -23,6 +23,21 @@ type CompletionRequest struct {
 	Seed         *int64  // nil = omit
 	Stop         []string
 	StopTokenIDs []int32
+
+	// Optional sampling settings, omitted at their zero values so that the
+	// server's defaults apply.
+	MinP              float64 // in [0, 1]; 0 = omit
+	PresencePenalty   float64 // 0 = omit
+	FrequencyPenalty  float64 // 0 = omit
+	RepetitionPenalty float64 // > 0; 0 = omit (server default 1)
+	MinTokens         int     // >= 0; 0 = omit
+	IgnoreEOS         bool    // false = omit
+
+	// SkipSpecialTokens leaves special tokens out of Text; the default,
+	// false, keeps them, as RL rollouts want. Token ids are never affected.
+	SkipSpecialTokens bool
+	// IncludeStopStrInOutput keeps a matched stop string in Text.
+	IncludeStopStrInOutput bool
 }
 
 // Completion is what the engine generated: the sampled token ids, each with
@@ -48,6 +63,14 @@ func (r *CompletionRequest) validate() error {
 		return fmt.Errorf("TopP %v, must be in [0, 1]", r.TopP)
 	case r.TopK < -1:
 		return fmt.Errorf("TopK %d, must be >= -1", r.TopK)
+	case !(r.MinP >= 0 && r.MinP <= 1):
+		return fmt.Errorf("MinP %v, must be in [0, 1]", r.MinP)
+	case !isFinite(r.PresencePenalty) || !isFinite(r.FrequencyPenalty):
+		return fmt.Errorf("presence and frequency penalties %v, %v must be finite", r.PresencePenalty, r.FrequencyPenalty)
+	case !isFinite(r.RepetitionPenalty) || r.RepetitionPenalty < 0:
+		return fmt.Errorf("RepetitionPenalty %v, must be finite and >= 0", r.RepetitionPenalty)
+	case r.MinTokens < 0:
+		return fmt.Errorf("MinTokens %d, must be >= 0", r.MinTokens)
 	}
 	return nil
 }
@@ -113,8 +136,38 @@ func appendCompletionRequest(b []byte, model string, r *CompletionRequest) []byt
 		b = append(b, `,"stop_token_ids":`...)
 		b = jsonw.AppendInt32s(b, r.StopTokenIDs)
 	}
-	return append(b, `,"n":1,"logprobs":0,"return_tokens_as_token_ids":true,"return_token_ids":true,"skip_special_tokens":false}`...)
+	if r.MinP != 0 {
+		b = append(b, `,"min_p":`...)
+		b = appendFloat(b, r.MinP)
+	}
+	if r.PresencePenalty != 0 {
+		b = append(b, `,"presence_penalty":`...)
+		b = appendFloat(b, r.PresencePenalty)
+	}
+	if r.FrequencyPenalty != 0 {
+		b = append(b, `,"frequency_penalty":`...)
+		b = appendFloat(b, r.FrequencyPenalty)
+	}
+	if r.RepetitionPenalty != 0 {
+		b = append(b, `,"repetition_penalty":`...)
+		b = appendFloat(b, r.RepetitionPenalty)
+	}
+	if r.MinTokens != 0 {
+		b = append(b, `,"min_tokens":`...)
+		b = strconv.AppendInt(b, int64(r.MinTokens), 10)
+	}
+	if r.IgnoreEOS {
+		b = append(b, `,"ignore_eos":true`...)
+	}
+	if r.IncludeStopStrInOutput {
+		b = append(b, `,"include_stop_str_in_output":true`...)
+	}
+	b = append(b, `,"n":1,"logprobs":0,"return_tokens_as_token_ids":true,"return_token_ids":true,"skip_special_tokens":`...)
+	b = strconv.AppendBool(b, r.SkipSpecialTokens)
+	return append(b, '}')
 }
+
+func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // completionResponse is the part of vLLM's completion response the client
 // reads; the rest (top_logprobs, text_offset, prompt_token_ids) is skipped.

@@ -26,12 +26,21 @@ type TokenizeRequest struct {
 	Messages            []Message // rendered with the server's chat template
 	AddGenerationPrompt bool      // with Messages: end with the assistant turn's opening
 	AddSpecialTokens    bool      // let the tokenizer add its special tokens (e.g. BOS)
+	// ContinueFinalMessage, with Messages, leaves the last message open so
+	// that the model continues it; it excludes AddGenerationPrompt.
+	ContinueFinalMessage bool
+	// ChatTemplateKwargs, with Messages, is a JSON object of extra chat
+	// template variables such as {"enable_thinking": false}; nil omits it.
+	ChatTemplateKwargs json.RawMessage
 }
 
 // Tokenize returns the token ids of the request's text, or of its messages
 // rendered with the model's own chat template (the way to build a first
 // prompt for any model), via POST /tokenize.
 func (c *Client) Tokenize(ctx context.Context, req TokenizeRequest) ([]int32, error) {
+	if kw := req.ChatTemplateKwargs; len(kw) > 0 && !json.Valid(kw) {
+		return nil, fmt.Errorf("vllm: tokenize: invalid request: ChatTemplateKwargs is not valid JSON")
+	}
 	model, err := c.modelName(ctx)
 	if err != nil {
 		return nil, err
@@ -73,6 +82,13 @@ func appendTokenizeRequest(b []byte, model string, r *TokenizeRequest) []byte {
 		}
 		b = append(b, `],"add_generation_prompt":`...)
 		b = strconv.AppendBool(b, r.AddGenerationPrompt)
+		if r.ContinueFinalMessage {
+			b = append(b, `,"continue_final_message":true`...)
+		}
+		if len(r.ChatTemplateKwargs) > 0 {
+			b = append(b, `,"chat_template_kwargs":`...)
+			b = append(b, r.ChatTemplateKwargs...)
+		}
 	} else {
 		b = append(b, `,"prompt":`...)
 		b = jsonw.AppendString(b, r.Prompt)

@@ -186,6 +186,21 @@ func TestCompleteRequestBody(t *testing.T) {
 			},
 		},
 		{
+			name: "sampling extras",
+			req: CompletionRequest{
+				Prompt: []int32{5}, MaxTokens: 4, Temperature: 1, MinP: 0.05, PresencePenalty: -0.5,
+				FrequencyPenalty: 1.5, RepetitionPenalty: 1.1, MinTokens: 2, IgnoreEOS: true,
+				SkipSpecialTokens: true, IncludeStopStrInOutput: true,
+			},
+			want: map[string]string{
+				"model": `"m"`, "prompt": `[5]`, "max_tokens": `4`, "temperature": `1`, "min_p": `0.05`,
+				"presence_penalty": `-0.5`, "frequency_penalty": `1.5`, "repetition_penalty": `1.1`,
+				"min_tokens": `2`, "ignore_eos": `true`, "include_stop_str_in_output": `true`,
+				"n": `1`, "logprobs": `0`, "return_tokens_as_token_ids": `true`,
+				"return_token_ids": `true`, "skip_special_tokens": `true`,
+			},
+		},
+		{
 			name: "tiny temperature",
 			req:  CompletionRequest{Prompt: []int32{5}, MaxTokens: 1, Temperature: 1e-7, TopK: 20},
 			want: map[string]string{
@@ -220,6 +235,12 @@ func TestCompleteInvalidRequest(t *testing.T) {
 		{Prompt: []int32{1}, MaxTokens: 1, TopP: 1.5},
 		{Prompt: []int32{1}, MaxTokens: 1, TopP: math.NaN()},
 		{Prompt: []int32{1}, MaxTokens: 1, TopK: -2},
+		{Prompt: []int32{1}, MaxTokens: 1, MinP: 1.5},
+		{Prompt: []int32{1}, MaxTokens: 1, MinP: math.NaN()},
+		{Prompt: []int32{1}, MaxTokens: 1, PresencePenalty: math.Inf(1)},
+		{Prompt: []int32{1}, MaxTokens: 1, FrequencyPenalty: math.NaN()},
+		{Prompt: []int32{1}, MaxTokens: 1, RepetitionPenalty: -1},
+		{Prompt: []int32{1}, MaxTokens: 1, MinTokens: -1},
 	} {
 		_, err := c.Complete(context.Background(), req)
 		if err == nil || Retryable(context.Background(), err) {
@@ -329,6 +350,20 @@ func TestTokenize(t *testing.T) {
 				"model":                 `"m"`,
 				"messages":              `[{"role":"system","content":"Be brief."},{"role":"user","content":"Guess \"a\" number"}]`,
 				"add_generation_prompt": `true`, "add_special_tokens": `false`,
+			},
+		},
+		{
+			name: "chat with template settings",
+			req: TokenizeRequest{
+				Messages:             []Message{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "I guess"}},
+				ContinueFinalMessage: true,
+				ChatTemplateKwargs:   json.RawMessage(`{"enable_thinking":false}`),
+			},
+			want: map[string]string{
+				"model":                 `"m"`,
+				"messages":              `[{"role":"user","content":"Hi"},{"role":"assistant","content":"I guess"}]`,
+				"add_generation_prompt": `false`, "continue_final_message": `true`,
+				"chat_template_kwargs": `{"enable_thinking":false}`, "add_special_tokens": `false`,
 			},
 		},
 	} {

@@ -54,7 +54,9 @@ func threeTurns() ([]*messages.StepEvent, *messages.Trajectory) {
 		ExtraLogs: map[string]float64{"dummy_scores": 1, "turn_count": 3},
 		Turns:     3, StepRewards: []float64{0, 0.25, 1}, FinishReason: "stop",
 		PolicyVersions: []int64{3, 4}, SubmitTime: 123, GenerateNanos: 123,
+		ObsStyle: messages.ObsChat, Success: true, Info: map[string]string{"note": "won"},
 	}
+	steps[2].Success, steps[2].Info = true, map[string]string{"note": "won"}
 	return steps, want
 }
 
@@ -106,6 +108,34 @@ func TestAssemblesTrajectory(t *testing.T) {
 	}
 }
 
+func TestSingleTurnStyleSamples(t *testing.T) {
+	// In a single-turn style every step brings its own fresh prompt and no
+	// feedback tokens: each turn becomes one sample, credited with the
+	// return from that turn on.
+	f := newFixture(t, bus.ServerOptions{})
+	f.start(t, Options{})
+	steps, want := threeTurns()
+	steps[0].Episode.ObsStyle = messages.ObsConcat
+	prompts := []messages.Tokens{{1, 2, 3}, {1, 2, 3, 30}, {1, 2, 3, 30, 31}}
+	for i, ev := range steps {
+		ev.PromptTokens, ev.FeedbackTokens = prompts[i], nil
+	}
+	f.publish(t, steps...)
+	f.settled(t, "collector")
+
+	want.ObsStyle = messages.ObsConcat
+	want.ObservationTokens, want.ActionRanges, want.RolloutLogProbs = nil, nil, nil
+	want.Samples = []messages.Sample{
+		{ObservationTokens: messages.Tokens{1, 2, 3, 10, 11}, ActionRanges: messages.Ranges{{Start: 3, End: 5}},
+			RolloutLogProbs: messages.Logprobs{0, 0, 0, -0.5, -0.25}, Reward: 0, Return: 1.25},
+		{ObservationTokens: messages.Tokens{1, 2, 3, 30, 12}, ActionRanges: messages.Ranges{{Start: 4, End: 5}},
+			RolloutLogProbs: messages.Logprobs{0, 0, 0, 0, -1}, Reward: 0.25, Return: 1.25},
+		{ObservationTokens: messages.Tokens{1, 2, 3, 30, 31, 13, 14, 258}, ActionRanges: messages.Ranges{{Start: 5, End: 8}},
+			RolloutLogProbs: messages.Logprobs{0, 0, 0, 0, 0, -0.125, -2, -0.0625}, Reward: 1, Return: 1},
+	}
+	checkTrajectory(t, f.outputs(t).only(t), want)
+}
+
 func TestEndMarkerTruncates(t *testing.T) {
 	f := newFixture(t, bus.ServerOptions{})
 	f.start(t, Options{})
@@ -127,6 +157,7 @@ func TestEndMarkerTruncates(t *testing.T) {
 	want.ExtraLogs = map[string]float64{"turn_count": 2}
 	want.Truncated, want.FinishReason = true, "context_length"
 	want.PolicyVersions, want.GenerateNanos = []int64{3}, 120
+	want.Success, want.Info = false, nil
 	checkTrajectory(t, f.outputs(t).only(t), want)
 }
 

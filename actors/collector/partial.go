@@ -24,6 +24,9 @@ type partial struct {
 	truncated   bool
 	versions    []int64
 	genNanos    int64
+	samples     []messages.Sample // single-turn styles: one per turn
+	success     bool
+	info        map[string]string
 
 	outcome *outcome
 }
@@ -44,17 +47,23 @@ func (p *partial) apply(ev *messages.StepEvent) {
 		p.outcome = &outcome{failure: p.failureAt(messages.FailureEpisode, ev.Error, ev.Turn, ev.EpisodeID)}
 		return
 	}
-	if ev.Turn == 0 {
+	single := p.req != nil && messages.SingleTurnStyle(p.req.ObsStyle)
+	if ev.Turn == 0 && !single {
 		p.tokens = append(p.tokens[:0], ev.PromptTokens...)
 		p.logprobs = append(p.logprobs[:0], make([]float32, len(ev.PromptTokens))...)
 	}
 	if !ev.IsEndMarker() {
-		start := int32(len(p.tokens))
-		p.tokens = append(p.tokens, ev.ActionTokens...)
-		p.logprobs = append(p.logprobs, ev.ActionLogprobs...)
-		p.ranges = append(p.ranges, messages.Range{Start: start, End: start + int32(len(ev.ActionTokens))})
-		p.tokens = append(p.tokens, ev.FeedbackTokens...)
-		p.logprobs = append(p.logprobs, make([]float32, len(ev.FeedbackTokens))...)
+		if single {
+			p.samples = append(p.samples, newSample(ev))
+		} else {
+			start := int32(len(p.tokens))
+			p.tokens = append(p.tokens, ev.ActionTokens...)
+			p.logprobs = append(p.logprobs, ev.ActionLogprobs...)
+			p.ranges = append(p.ranges, messages.Range{Start: start, End: start + int32(len(ev.ActionTokens))})
+			p.tokens = append(p.tokens, ev.FeedbackTokens...)
+			p.logprobs = append(p.logprobs, make([]float32, len(ev.FeedbackTokens))...)
+		}
+		p.success, p.info = ev.Success, ev.Info
 		p.stepRewards = append(p.stepRewards, ev.Reward)
 		p.score, p.extra = ev.Score, ev.ExtraLogs
 		p.genNanos += ev.GenerateNanos
@@ -75,23 +84,34 @@ func (p *partial) build(id string) *outcome {
 	if p.req == nil {
 		return &outcome{failure: p.failureAt(messages.FailureInvariant, "episode ended without its first step", p.next-1, id)}
 	}
-	if len(p.ranges) == 0 {
+	if len(p.stepRewards) == 0 {
 		return &outcome{failure: p.failure(messages.FailureInvariant, "episode ended without any model turn")}
 	}
 	var reward float64
 	for _, r := range p.stepRewards {
 		reward += r
 	}
+	// Each sample is credited with the return from its turn on.
+	var ret float64
+	for i := len(p.samples) - 1; i >= 0; i-- {
+		ret += p.stepRewards[i]
+		p.samples[i].Return = ret
+	}
 	req := p.req
+	style := req.ObsStyle
+	if style == "" {
+		style = messages.ObsChat
+	}
 	t := &messages.Trajectory{
 		V: messages.Version, EpisodeID: req.EpisodeID, GroupID: req.GroupID,
 		SampleIndex: req.SampleIndex, GroupSize: req.GroupSize, Env: req.Env, EnvSeed: req.EnvSeed,
 		Prompt: req.Prompt, Label: req.Label,
 		ObservationTokens: p.tokens, ActionRanges: p.ranges, RolloutLogProbs: p.logprobs,
 		Reward: reward, Scores: p.score, ExtraLogs: p.extra, Truncated: p.truncated,
-		Turns: int32(len(p.ranges)), StepRewards: p.stepRewards, FinishReason: p.finish,
+		Turns: int32(len(p.stepRewards)), StepRewards: p.stepRewards, FinishReason: p.finish,
 		PolicyVersions: p.versions, SubmitTime: req.SubmitTime, DoneTime: time.Now().UnixNano(),
 		GenerateNanos: p.genNanos,
+		ObsStyle:      style, Samples: p.samples, Success: p.success, Info: p.info, TaskIndex: req.TaskIndex,
 	}
 	if t.ExtraLogs == nil {
 		t.ExtraLogs = map[string]float64{}
@@ -100,6 +120,22 @@ func (p *partial) build(id string) *outcome {
 		return &outcome{failure: p.failure(messages.FailureInvariant, err.Error())}
 	}
 	return &outcome{traj: t}
+}
+
+// newSample is one single-turn style step as a sample: its prompt, then its
+// action, the only range.
+func newSample(ev *messages.StepEvent) messages.Sample {
+	n := len(ev.PromptTokens) + len(ev.ActionTokens)
+	toks := make(messages.Tokens, 0, n)
+	toks = append(append(toks, ev.PromptTokens...), ev.ActionTokens...)
+	lp := make(messages.Logprobs, len(ev.PromptTokens), n)
+	lp = append(lp, ev.ActionLogprobs...)
+	start := int32(len(ev.PromptTokens))
+	return messages.Sample{
+		ObservationTokens: toks, RolloutLogProbs: lp,
+		ActionRanges: messages.Ranges{{Start: start, End: start + int32(len(ev.ActionTokens))}},
+		Reward:       ev.Reward,
+	}
 }
 
 func (p *partial) failure(kind, reason string) *messages.Failure {

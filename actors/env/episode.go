@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,10 +105,15 @@ type episode struct {
 	// its steps carry the attempt so they never mix with an earlier run's.
 	attempt int32
 
-	env    envs.Env
+	game   game
 	spec   envs.Spec
-	tokens []int32 // observation tokens so far
+	tokens []int32 // observation tokens so far (this turn's prompt in a single-turn style)
 	turn   int32
+
+	// history and suffix build each turn's fresh prompt in a single-turn
+	// style: the observations so far and the env's current suffix.
+	history []string
+	suffix  string
 }
 
 func (e *episode) fail(format string, args ...any) error {
@@ -115,15 +122,6 @@ func (e *episode) fail(format string, args ...any) error {
 
 func (e *episode) run(ctx context.Context) error {
 	req := e.req
-	spec, err := envs.Lookup(req.Env)
-	if err != nil {
-		return e.fail("%v", err)
-	}
-	env, err := envs.New(req.Env, req.EnvOptions)
-	if err != nil {
-		return e.fail("%v", err)
-	}
-	e.spec, e.env = spec, env
 	if req.EnvSeed == nil {
 		// Derived from the id, so a rerun plays the same game; recorded so
 		// the episode can be replayed.
@@ -132,15 +130,29 @@ func (e *episode) run(ctx context.Context) error {
 		s := h.Sum64()
 		req.EnvSeed = &s
 	}
-	obs, info := env.Reset(envs.NewRNG(*req.EnvSeed))
-	if e.spec.ChatSuffix == "" {
-		// A board game's instructions do not show the board: its suffix
-		// does, appended as GEM's observation wrappers do.
-		obs = withSuffix(obs, info)
+	g, spec, err := e.w.newGame(req)
+	if err != nil {
+		return e.fail("%v", err)
 	}
-
-	if err := e.firstPrompt(ctx, obs); err != nil {
-		return err
+	e.spec, e.game = spec, g
+	obs, info, err := g.reset(ctx)
+	if err != nil {
+		return e.fail("%v", err)
+	}
+	if messages.SingleTurnStyle(req.ObsStyle) {
+		if req.Prompt != "" && !spec.Task {
+			obs = req.Prompt
+		}
+		e.history, e.suffix = []string{obs}, info["suffix"]
+	} else {
+		if e.spec.ChatSuffix == "" {
+			// A board game's instructions do not show the board: its suffix
+			// does, appended as GEM's observation wrappers do.
+			obs = withSuffix(obs, info)
+		}
+		if err := e.firstPrompt(ctx, obs, info); err != nil {
+			return err
+		}
 	}
 	for {
 		ev, err := e.turnOnce(ctx)
@@ -170,32 +182,36 @@ func withSuffix(obs string, info envs.Info) string {
 	return obs + suffix
 }
 
-// firstPrompt builds and tokenizes the first prompt, left-truncating it so
-// that at least one turn's worth of generation fits in max_length.
-func (e *episode) firstPrompt(ctx context.Context, obs string) error {
+// firstPrompt builds and tokenizes the first prompt of a chat-style episode.
+// The request's own messages or prompt win over the env's instructions,
+// except for a task env, whose instructions already hold the request's
+// prompt; an env may add a system prompt (info "system").
+func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) error {
 	req := e.req
 	treq := &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID}
 	switch {
-	case req.Prompt != "" && req.ChatTemplate:
+	case len(req.Messages) > 0:
+		treq.Messages = req.Messages
+		treq.AddGenerationPrompt = true
+	case req.Prompt != "" && !e.spec.Task && req.ChatTemplate:
 		treq.Messages = []messages.ChatMessage{{Role: "user", Content: req.Prompt}}
 		treq.AddGenerationPrompt = true
-	case req.Prompt != "":
+	case req.Prompt != "" && !e.spec.Task:
 		treq.Text = req.Prompt
 	default:
-		treq.Messages = []messages.ChatMessage{{Role: "user", Content: obs}}
+		if sys := info["system"]; sys != "" {
+			treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "system", Content: sys})
+		}
+		treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "user", Content: obs})
 		treq.AddGenerationPrompt = true
 	}
 	toks, err := e.tokenize(ctx, treq)
 	if err != nil {
 		return err
 	}
-	maxNew := max(req.Sampling.MaxTokens, 1)
-	keep := int(req.MaxLength - maxNew)
-	if keep <= 0 {
-		return e.fail("max_length %d leaves no room for a prompt with max_tokens %d", req.MaxLength, maxNew)
-	}
-	if len(toks) > keep {
-		toks = toks[len(toks)-keep:]
+	toks, err = e.fit(toks)
+	if err != nil {
+		return err
 	}
 	// Room for a few turns; append grows it from there as the episode does.
 	e.tokens = make([]int32, len(toks), len(toks)+512)
@@ -203,9 +219,45 @@ func (e *episode) firstPrompt(ctx context.Context, obs string) error {
 	return nil
 }
 
+// fit left-truncates a prompt so that at least one turn's worth of
+// generation (the per-turn max_tokens, or 1) fits in max_length.
+func (e *episode) fit(toks []int32) ([]int32, error) {
+	maxNew := max(e.req.Sampling.MaxTokens, 1)
+	keep := int(e.req.MaxLength - maxNew)
+	if keep <= 0 {
+		return nil, e.fail("max_length %d leaves no room for a prompt with max_tokens %d", e.req.MaxLength, maxNew)
+	}
+	if len(toks) > keep {
+		toks = toks[len(toks)-keep:]
+	}
+	return toks, nil
+}
+
+// singleTurnPrompt builds and tokenizes this turn's fresh prompt in a
+// single-turn style: the observation history plus the current suffix, as
+// GEM's concat wrapper does, wrapped in the qwen3_game template if asked.
+func (e *episode) singleTurnPrompt(ctx context.Context) error {
+	text := chat.History(e.history, e.suffix)
+	if e.req.ObsStyle == messages.ObsQwen3Game {
+		text = chat.Qwen3Game(text)
+	}
+	toks, err := e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: e.req.EpisodeID, Text: text})
+	if err != nil {
+		return err
+	}
+	e.tokens, err = e.fit(toks)
+	return err
+}
+
 // turnOnce runs one model turn and returns its step event.
 func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	req := e.req
+	single := messages.SingleTurnStyle(req.ObsStyle)
+	if single {
+		if err := e.singleTurnPrompt(ctx); err != nil {
+			return nil, err
+		}
+	}
 	budget := req.MaxLength - int32(len(e.tokens))
 	if c := req.Sampling.MaxTokens; c > 0 && c < budget {
 		budget = c
@@ -219,6 +271,8 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn, Attempt: e.attempt}
 	if e.turn == 0 {
 		ev.Episode = req
+	}
+	if e.turn == 0 || single {
 		ev.PromptTokens = e.tokens
 	}
 	greq := &messages.GenerateRequest{
@@ -243,26 +297,50 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	}
 
 	t1 := time.Now()
-	res := e.env.Step(rep.Text)
-	done := res.Done()
-	suffix := e.spec.ChatSuffix
-	if suffix == "" {
-		suffix = res.Info["suffix"] // the game's own call to action, with its board
-	}
-	feedback := chat.FeedbackClosed(rep.EndOfTurn, res.Observation, suffix, done)
-	ftoks, err := e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: feedback})
+	res, err := e.game.step(ctx, rep.Text)
 	if err != nil {
-		return nil, err
+		return nil, e.fail("env step %d: %v", e.turn, err)
 	}
-	e.tokens = append(e.tokens, rep.Tokens...)
-	e.tokens = append(e.tokens, ftoks...)
+	done := res.Done()
+	var ftoks []int32
+	feedback := res.Observation
+	if single {
+		// The next turn's prompt carries this feedback; the sample ends with the action.
+		e.history = append(e.history, res.Observation)
+		e.suffix = res.Info["suffix"]
+		ftoks = messages.Tokens{}
+	} else {
+		suffix := e.spec.ChatSuffix
+		if suffix == "" {
+			suffix = res.Info["suffix"] // the game's own call to action, with its board
+		}
+		switch {
+		case done && res.Observation == "":
+			// Nothing to tell (a graded answer): the sequence ends with the action.
+			feedback, ftoks = "", messages.Tokens{}
+		default:
+			feedback = chat.FeedbackClosed(rep.EndOfTurn, res.Observation, suffix, done)
+			if ftoks, err = e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: feedback}); err != nil {
+				return nil, err
+			}
+		}
+		e.tokens = append(e.tokens, rep.Tokens...)
+		e.tokens = append(e.tokens, ftoks...)
+	}
 	e.turn++
 
 	ev.ActionTokens, ev.ActionLogprobs, ev.ActionText = rep.Tokens, rep.Logprobs, rep.Text
 	ev.FeedbackText, ev.FeedbackTokens = feedback, ftoks
 	ev.Reward, ev.Score = res.Reward, res.Reward
 	ev.ExtraLogs = map[string]float64{"dummy_scores": res.Reward, "turn_count": float64(e.turn)}
-	ev.EnvState = e.env.Snapshot()
+	ev.Info, ev.Success = stepInfo(res.Info), res.Won
+	if r, ok := res.Info["library_reward"]; ok {
+		// A verifier's own reward, as NeMo Gym reports it beside the env's.
+		if v, err := strconv.ParseFloat(r, 64); err == nil && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			ev.ExtraLogs["library_reward"] = v
+		}
+	}
+	ev.EnvState = e.game.snapshot()
 	ev.Endpoint, ev.PolicyVersion = rep.Endpoint, rep.PolicyVersion
 	ev.FinishReason = rep.FinishReason
 	switch {
@@ -272,7 +350,7 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		ev.Done, ev.Truncated = true, rep.FinishReason == "length"
 	case req.MaxTurns > 0 && e.turn >= req.MaxTurns:
 		ev.Done, ev.Truncated, ev.FinishReason = true, true, FinishMaxTurns
-	case req.MaxLength-int32(len(e.tokens)) <= 0:
+	case !single && req.MaxLength-int32(len(e.tokens)) <= 0:
 		ev.Done, ev.Truncated, ev.FinishReason = true, true, FinishBudget
 	}
 	ev.StepNanos = time.Since(t1).Nanoseconds()
@@ -289,6 +367,22 @@ func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest) 
 		return nil, e.fail("tokenize (%s): %s", rep.Code, rep.Error)
 	}
 	return rep.Tokens, nil
+}
+
+// stepInfo is the env's info without the keys that only shape prompts (the
+// board suffix, a system prompt): the text results worth keeping.
+func stepInfo(info envs.Info) map[string]string {
+	var out map[string]string
+	for k, v := range info {
+		if k == "suffix" || k == "system" || k == "library_reward" {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(info))
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // publishFailure records an episode that cannot complete as a terminal step

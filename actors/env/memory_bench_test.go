@@ -91,7 +91,10 @@ func measureInFlight(b *testing.B, n int) (total, tokenBytes int64) {
 	heldCount := func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
 
 	enc, ejs := conn("env")
-	w := New(enc, ejs, Options{Concurrency: n, Logger: discard()})
+	w, err := New(enc, ejs, Options{Concurrency: n, Logger: discard()})
+	if err != nil {
+		b.Fatal(err)
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx) }()
 	// Let the worker and its consumer settle before the baseline.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/remoteenv"
 )
 
 // Options configures a Worker. Zero values take the defaults noted.
@@ -50,6 +52,12 @@ type Options struct {
 	// MaxDeliver is how often an episode is delivered before its failure is
 	// recorded instead of handing it back once more (default 5).
 	MaxDeliver int
+	// Remote lists the remote envs (served over HTTP) this worker hosts
+	// besides the registered ones; with Envs set, their ids must be listed
+	// there too.
+	Remote []remoteenv.Config
+	// Transport carries remote env calls (default http.DefaultTransport).
+	Transport http.RoundTripper
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -99,12 +107,23 @@ type Worker struct {
 
 	// live maps each running *episode to its message, for keepAlive.
 	live sync.Map
+
+	remote    map[string]remoteenv.Config
+	transport http.RoundTripper
 }
 
-// New builds an env worker.
-func New(nc *nats.Conn, js jetstream.JetStream, opts Options) *Worker {
+// New builds an env worker. It fails only on a bad remote env config.
+func New(nc *nats.Conn, js jetstream.JetStream, opts Options) (*Worker, error) {
 	opts.setDefaults()
-	return &Worker{nc: nc, js: js, opts: opts, log: opts.Logger.With("actor", "env")}
+	remote, err := remoteConfigs(opts.Remote)
+	if err != nil {
+		return nil, fmt.Errorf("env: %w", err)
+	}
+	transport := opts.Transport
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	return &Worker{nc: nc, js: js, opts: opts, log: opts.Logger.With("actor", "env"), remote: remote, transport: transport}, nil
 }
 
 // Stats returns a snapshot of the counters.

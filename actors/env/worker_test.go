@@ -50,7 +50,10 @@ func newFixtureWith(t *testing.T, model toyllm.Options, opts Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ew := New(ejs.Conn(), ejs, opts)
+	ew, err := New(ejs.Conn(), ejs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.worker = ew
 	for _, run := range []func(context.Context) error{lw.Run, ew.Run} {
 		go func() {

@@ -27,6 +27,7 @@ type endpoint struct {
 	eot   atomic.Int32 // the end-of-turn token id plus one once learned; 0 before
 
 	tokens tokenCache
+	pieces pieceCache
 
 	// window is the model's context length plus one once learned; 0 before.
 	window atomic.Int64

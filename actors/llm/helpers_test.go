@@ -189,7 +189,7 @@ func (f *fixture) start(t *testing.T, opts Options, models ...*model) *running {
 		}
 	})
 	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
-		for _, s := range []string{f.subj.Generate(), f.subj.Tokenize()} {
+		for _, s := range []string{f.subj.Generate(), f.subj.Tokenize(), f.subj.TokenizeChat(), f.subj.Detokenize(), f.subj.ModelInfo()} {
 			if !f.srv.GlobalAccount().SubscriptionInterest(s) {
 				return fmt.Errorf("no subscriber on %s", s)
 			}

@@ -1,7 +1,9 @@
 // Package llm is the LLM worker actor: it answers GenerateRequest and
 // TokenizeRequest in a NATS queue group by forwarding them to vLLM-compatible
 // model servers, choosing the endpoint, bounding in-flight work per endpoint
-// and retrying infrastructure failures on another endpoint.
+// and retrying infrastructure failures on another endpoint. For the
+// OpenAI-compatible gateway it also answers DetokenizeRequest,
+// ChatTokenizeRequest and ModelInfoRequest.
 package llm
 
 import (
@@ -77,6 +79,9 @@ func (o *Options) setDefaults() {
 // Stats are a worker's counters.
 type Stats struct {
 	Generate, Tokenize, Retries, Errors, Malformed uint64
+	// Detokenize and Info count the gateway's detokenize and model-info
+	// requests (chat tokenizations count as Tokenize).
+	Detokenize, Info uint64
 	// Expired counts requests dropped because their deadline had passed.
 	Expired uint64
 }
@@ -89,6 +94,7 @@ type Worker struct {
 	router router
 
 	generate, tokenize, retries, errs, malformed, expired atomic.Uint64
+	detokenize, info                                      atomic.Uint64
 }
 
 // New builds a worker for the given endpoints.
@@ -115,6 +121,7 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Generate: w.generate.Load(), Tokenize: w.tokenize.Load(), Retries: w.retries.Load(),
 		Errors: w.errs.Load(), Malformed: w.malformed.Load(), Expired: w.expired.Load(),
+		Detokenize: w.detokenize.Load(), Info: w.info.Load(),
 	}
 }
 
@@ -165,16 +172,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return s, nil
 	}
-	gen, err := subscribe(w.opts.Subjects.Generate())
-	if err != nil {
-		close(quit)
-		return err
-	}
-	tok, err := subscribe(w.opts.Subjects.Tokenize())
-	if err != nil {
-		_ = gen.Unsubscribe()
-		close(quit)
-		return err
+	var subscriptions []*nats.Subscription
+	for _, subject := range []string{
+		w.opts.Subjects.Generate(), w.opts.Subjects.Tokenize(), w.opts.Subjects.TokenizeChat(),
+		w.opts.Subjects.Detokenize(), w.opts.Subjects.ModelInfo(),
+	} {
+		s, err := subscribe(subject)
+		if err != nil {
+			for _, s := range subscriptions {
+				_ = s.Unsubscribe()
+			}
+			close(quit)
+			return err
+		}
+		subscriptions = append(subscriptions, s)
 	}
 	w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight)
 
@@ -199,8 +210,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	// Draining unsubscribes at once and still delivers the requests already
 	// received; each is handed to the pool before its subscription closes.
-	_ = gen.Drain()
-	_ = tok.Drain()
+	for _, s := range subscriptions {
+		_ = s.Drain()
+	}
 	subs.Wait()
 	close(quit)
 	wg.Wait()
@@ -225,9 +237,18 @@ func (w *Worker) handle(ctx context.Context, j job) {
 	case w.opts.Subjects.Generate():
 		w.generate.Add(1)
 		reply = w.marshal(w.serveGenerate(ctx, m.Data))
-	default:
+	case w.opts.Subjects.Tokenize():
 		w.tokenize.Add(1)
 		reply = w.marshal(w.serveTokenize(ctx, j.tok, j.err))
+	case w.opts.Subjects.TokenizeChat():
+		w.tokenize.Add(1)
+		reply = w.marshal(w.serveTokenizeChat(ctx, m.Data))
+	case w.opts.Subjects.Detokenize():
+		w.detokenize.Add(1)
+		reply = w.marshal(w.serveDetokenize(ctx, m.Data))
+	default:
+		w.info.Add(1)
+		reply = w.marshal(w.serveModelInfo(ctx, m.Data))
 	}
 	if m.Reply == "" {
 		return
@@ -260,14 +281,24 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 		w.expired.Add(1)
 		return &messages.GenerateReply{V: messages.Version, Error: errExpired.Error(), Code: messages.CodeUnavailable}
 	}
+	sp := &req.Sampling
 	creq := vllm.CompletionRequest{
-		Prompt:      req.Prompt,
-		MaxTokens:   int(req.MaxTokens),
-		Temperature: req.Sampling.Temperature,
-		TopP:        req.Sampling.TopP,
-		TopK:        int(req.Sampling.TopK),
-		Seed:        req.Sampling.Seed,
-		Stop:        req.Sampling.Stop,
+		Prompt:                 req.Prompt,
+		MaxTokens:              int(req.MaxTokens),
+		Temperature:            sp.Temperature,
+		TopP:                   sp.TopP,
+		TopK:                   int(sp.TopK),
+		Seed:                   sp.Seed,
+		Stop:                   sp.Stop,
+		StopTokenIDs:           sp.StopTokenIDs,
+		MinP:                   sp.MinP,
+		PresencePenalty:        sp.PresencePenalty,
+		FrequencyPenalty:       sp.FrequencyPenalty,
+		RepetitionPenalty:      sp.RepetitionPenalty,
+		MinTokens:              int(sp.MinTokens),
+		IgnoreEOS:              sp.IgnoreEOS,
+		SkipSpecialTokens:      sp.SkipSpecialTokens,
+		IncludeStopStrInOutput: sp.IncludeStopStrInOutput,
 	}
 	var out vllm.Completion
 	var eot bool

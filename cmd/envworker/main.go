@@ -9,28 +9,37 @@ import (
 
 	envactor "github.com/rollfleet/rollfleet/actors/env"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
-	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/remoteenv"
 )
 
 type cli struct {
 	cmdutil.Fleet
-	Concurrency int    `default:"256" help:"Most episodes in flight in this process."`
-	Durable     string `default:"envworker" help:"Shared consumer name."`
-	Env         string `help:"Host only these envs: a comma-separated list of ids and patterns such as 'game:*' (default: every env). Sets in use must not overlap."`
+	Concurrency int      `default:"256" help:"Most episodes in flight in this process."`
+	Durable     string   `default:"envworker" help:"Shared consumer name."`
+	Env         string   `help:"Host only these envs: a comma-separated list of ids and patterns such as 'game:*' (default: every env). Sets in use must not overlap."`
+	Remote      []string `help:"Host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
 }
 
 func main() {
 	var c cli
 	kong.Parse(&c, kong.Description("rollfleet env worker"))
 	cmdutil.Main("envworker", c.Fleet, func(p cmdutil.Process) error {
+		remote, err := cmdutil.RemoteEnvs(c.Remote)
+		if err != nil {
+			return err
+		}
 		var hosted []string
 		if c.Env != "" {
-			var err error
-			if hosted, err = envs.Match(c.Env); err != nil {
+			if hosted, err = remoteenv.Match(c.Env, remote); err != nil {
 				return fmt.Errorf("--env: %w", err)
 			}
 		}
-		w := envactor.New(p.NC, p.JS, envactor.Options{Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Logger: p.Log})
+		w, err := envactor.New(p.NC, p.JS, envactor.Options{
+			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote, Logger: p.Log,
+		})
+		if err != nil {
+			return err
+		}
 		return w.Run(p.Ctx)
 	})
 }

@@ -1,13 +1,21 @@
 // Command llmworker runs an LLM worker: it answers generate and tokenize
 // requests by forwarding them to vLLM-compatible model servers until
-// SIGINT/SIGTERM, then drains.
+// SIGINT/SIGTERM, then drains. With --gateway it also serves the
+// OpenAI-compatible gateway in the same process.
 package main
 
 import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
 	"github.com/alecthomas/kong"
 
 	"github.com/rollfleet/rollfleet/actors/llm"
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
+	"github.com/rollfleet/rollfleet/gateway"
 )
 
 type cli struct {
@@ -16,6 +24,12 @@ type cli struct {
 	Model       string   `help:"Served model name (default: each server's first)."`
 	MaxInFlight int      `default:"64" help:"Most concurrent requests per model server."`
 	Queue       string   `default:"llm" help:"Queue group."`
+
+	Gateway          string        `placeholder:"ADDR" group:"Gateway" help:"Also serve the OpenAI-compatible gateway on this address (host:port)."`
+	GatewayEnv       string        `default:"gateway" group:"Gateway" help:"Env of the trajectories the gateway publishes when a finish names none."`
+	SessionTTL       time.Duration `default:"30m" group:"Gateway" help:"Expire gateway sessions idle for longer than this (published as failures)."`
+	MaxSessions      int           `default:"4096" group:"Gateway" help:"Most open gateway sessions."`
+	MaxSessionTokens int           `default:"262144" group:"Gateway" help:"Most tokens one gateway session holds."`
 }
 
 func main() {
@@ -26,6 +40,34 @@ func main() {
 		if err != nil {
 			return err
 		}
-		return w.Run(p.Ctx)
+		if c.Gateway == "" {
+			return w.Run(p.Ctx)
+		}
+		gw, err := gateway.New(p.NC, gateway.Options{
+			Subjects: p.Subjects, Env: c.GatewayEnv, SessionTTL: c.SessionTTL, MaxSessions: c.MaxSessions,
+			MaxSessionTokens: c.MaxSessionTokens, Streams: bus.StreamOptions{Replicas: c.Replicas}, Logger: p.Log,
+		})
+		if err != nil {
+			return err
+		}
+		// The signal stops the gateway first, so that the calls it is serving
+		// can still reach this worker; the worker stops once the gateway has.
+		// A worker that fails stops the gateway too.
+		gwCtx, stopGateway := context.WithCancel(p.Ctx)
+		defer stopGateway()
+		workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(p.Ctx))
+		defer stopWorker()
+		var wg sync.WaitGroup
+		var werr, gerr error
+		wg.Go(func() {
+			defer stopGateway()
+			werr = w.Run(workerCtx)
+		})
+		wg.Go(func() {
+			defer stopWorker()
+			gerr = gw.ListenAndServe(gwCtx, c.Gateway)
+		})
+		wg.Wait()
+		return errors.Join(werr, gerr)
 	})
 }

@@ -9,12 +9,14 @@ import (
 )
 
 type cli struct {
-	Run    runCmd    `cmd:"" help:"Run episodes end to end and write trajectories as JSONL."`
-	Env    envCmd    `cmd:"" help:"Play one environment over JSON lines (stdin: one JSON string action per line)."`
-	Envs   envsCmd   `cmd:"" help:"List every registered env: id, family, parameters, max turns."`
-	Play   playCmd   `cmd:"" help:"Play one environment yourself in the terminal."`
-	Toyllm toyllmCmd `cmd:"" help:"Serve the built-in stand-in model (vLLM's HTTP API) alone."`
-	Server serverCmd `cmd:"" help:"Serve a standalone NATS server with JetStream for a local fleet."`
+	Run     runCmd     `cmd:"" help:"Run episodes end to end and write trajectories as JSONL."`
+	Env     envCmd     `cmd:"" help:"Play one environment over JSON lines (stdin: one JSON string action per line)."`
+	Envs    envsCmd    `cmd:"" help:"List every registered env: id, family, parameters, max turns."`
+	Play    playCmd    `cmd:"" help:"Play one environment yourself in the terminal."`
+	Prepare prepareCmd `cmd:"" help:"Turn question/answer rows into NeMo Gym data items."`
+	Toyllm  toyllmCmd  `cmd:"" help:"Serve the built-in stand-in model (vLLM's HTTP API) alone."`
+	Server  serverCmd  `cmd:"" help:"Serve a standalone NATS server with JetStream for a local fleet."`
+	Gateway gatewayCmd `cmd:"" help:"Serve the OpenAI-compatible gateway that records sessions as trajectories."`
 }
 
 func main() {

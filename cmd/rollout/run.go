@@ -17,7 +17,8 @@ import (
 type runCmd struct {
 	Env               string        `default:"game:GuessTheNumber-v0" help:"Env id, or a comma-separated list of ids and patterns such as 'game:*' taken in turn (used when a dataset row names none)."`
 	Episodes          int           `help:"Number of episodes (a multiple of --n-samples). With --dataset, 0 runs every row once."`
-	Dataset           string        `type:"existingfile" help:"JSONL rows with prompt, label and optional env."`
+	Dataset           string        `type:"existingfile" help:"JSONL rows: {prompt, label, env?, obs_style?}, math {question, expected_answer}, or NeMo Gym data items."`
+	ObsStyle          string        `default:"chat" enum:"chat,concat,qwen3_game" help:"How observations become prompts: chat (multi-turn ChatML), concat (GEM's history prompt per turn, one sample per turn) or qwen3_game (concat in GEM's qwen3_game template)."`
 	ApplyChatTemplate bool          `help:"Wrap dataset prompts as the first user turn of the chat template."`
 	NSamples          int           `default:"1" help:"Samples per prompt (group size)."`
 	Concurrency       int           `default:"256" help:"Most episodes in flight."`
@@ -28,6 +29,7 @@ type runCmd struct {
 	Seed              *uint64       `help:"Seed for a reproducible run (random if unset)."`
 	Out               string        `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout)."`
 	FailuresOut       string        `help:"Also write failure records as JSONL to this file."`
+	Remote            []string      `help:"Also host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
 	VLLM              []string      `sep:"," help:"vLLM base URL(s); default: the built-in stand-in model."`
 	Model             string        `help:"Served model name (default: the server's first)."`
 	LLMMaxInFlight    int           `default:"64" help:"Most concurrent requests per model server."`
@@ -40,6 +42,7 @@ type runCmd struct {
 	ToyMaxConcurrent  int           `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
 	Timeout           time.Duration `help:"Give up after this long (0 = never)."`
 	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	cmdutil.NATSAuth
 }
 
 func (c *runCmd) Run() error {
@@ -48,6 +51,10 @@ func (c *runCmd) Run() error {
 		return fmt.Errorf("--submit-only needs --nats")
 	}
 	filter, err := cmdutil.FilterRange(c.Filter, c.FilterRange)
+	if err != nil {
+		return err
+	}
+	remote, err := cmdutil.RemoteEnvs(c.Remote)
 	if err != nil {
 		return err
 	}
@@ -68,11 +75,11 @@ func (c *runCmd) Run() error {
 		out = f
 	}
 	opts := fleet.Options{
-		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ApplyChatTemplate: c.ApplyChatTemplate,
+		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle, ApplyChatTemplate: c.ApplyChatTemplate,
 		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
-		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
-		Filter: filter, Out: out, Logger: cmdutil.Logger(c.LogLevel),
+		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
+		Filter: filter, Remote: remote, Out: out, Logger: cmdutil.Logger(c.LogLevel),
 		ToyLLM: toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent},
 	}
 	if c.FailuresOut != "" {
@@ -101,7 +108,7 @@ func (c *runCmd) Run() error {
 	}
 	fmt.Fprintln(os.Stderr, sum.String())
 	if err != nil {
-		return err
+		return c.Explain(err)
 	}
 	if c.Out != "-" {
 		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.Trajectories, c.Out)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,11 +24,23 @@ import (
 
 // Fleet holds the flags every fleet process takes.
 type Fleet struct {
-	NATS     string `default:"nats://127.0.0.1:4222" env:"RF_NATS" help:"NATS server URL(s), comma-separated."`
-	Prefix   string `default:"rf" help:"Subject prefix."`
-	Replicas int    `default:"1" help:"Stream replicas (3 on a JetStream cluster)."`
-	LogLevel string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	NATS string `default:"nats://127.0.0.1:4222" env:"RF_NATS" help:"NATS server URL(s), comma-separated."`
+	NATSAuth
+	Prefix      string `default:"rf" help:"Subject prefix."`
+	Replicas    int    `default:"1" help:"Stream replicas (3 on a JetStream cluster)."`
+	InitStreams bool   `help:"Create the missing streams and exit: run once as a user allowed to create streams (the admin) when the others may not."`
+	LogLevel    string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
+
+// ErrStreamPermission means the user may not look up or create a stream it
+// needs: the streams must exist before users without the right to create
+// them connect.
+var ErrStreamPermission = errors.New("not allowed to set up the streams")
+
+// ErrConnectionClosed means the NATS connection closed for good while the
+// process ran, such as when the server refused the credentials on a
+// reconnect.
+var ErrConnectionClosed = errors.New("nats connection closed")
 
 // TuneGC makes the garbage collector run less often than Go's default unless
 // GOGC is set: rollout processes allocate many short-lived messages and have
@@ -51,15 +64,18 @@ func SignalContext() (context.Context, context.CancelFunc) {
 }
 
 // Connect connects a fleet process, makes sure the streams exist and
-// returns the connection, its JetStream context and the subjects.
+// returns the connection, its JetStream context and the subjects. Refused
+// credentials and failed TLS end it at once with the flags to check; a
+// server not up yet is waited for (30 s).
 func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, messages.Subjects, error) {
 	if err := messages.ValidatePrefix(f.Prefix); err != nil {
 		return nil, nil, messages.Subjects{}, fmt.Errorf("--prefix: %w", err)
 	}
 	subj := messages.NewSubjects(f.Prefix)
-	nc, err := bus.Connect(f.NATS, name, log)
+	co := f.ConnectOptions()
+	nc, err := bus.Connect(f.NATS, name, log, co)
 	if err != nil {
-		return nil, nil, subj, err
+		return nil, nil, subj, f.Explain(err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -71,6 +87,7 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		go watchStreamPermission(sctx, nc, cancel)
 		err = bus.EnsureStreams(sctx, js, subj, bus.StreamOptions{Replicas: f.Replicas})
 		cancel()
 		if errors.Is(err, bus.ErrStreamMismatch) {
@@ -78,6 +95,15 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 			err = nil
 		}
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		if nc.IsClosed() {
+			// nats.go gave up, on refused credentials for one.
+			err = f.Explain(co.Explain(f.NATS, nc.LastError()))
+			break
+		}
+		if perr := nc.LastError(); streamPermissionError(perr) {
+			err = fmt.Errorf("%w: %w (the streams must exist before users that may not create them connect: create them once as the admin user with --init-streams; see docs/security.md)", ErrStreamPermission, perr)
 			break
 		}
 		log.Warn("waiting for NATS JetStream", "err", err)
@@ -91,6 +117,31 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 		return nil, nil, subj, err
 	}
 	return nc, js, subj, nil
+}
+
+// streamPermissionError reports whether err is the server refusing a
+// stream lookup or creation.
+func streamPermissionError(err error) bool {
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "$JS.API.STREAM.")
+}
+
+// watchStreamPermission cancels ctx as soon as nc reports a refused stream
+// request: the server answers nothing to a request it refuses, so the
+// request would otherwise wait for its timeout.
+func watchStreamPermission(ctx context.Context, nc *nats.Conn, cancel context.CancelFunc) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if streamPermissionError(nc.LastError()) {
+				cancel()
+				return
+			}
+		}
+	}
 }
 
 // Process is what a fleet process's body gets: a context cancelled by
@@ -115,13 +166,45 @@ func Main(name string, f Fleet, body func(Process) error) {
 }
 
 func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error {
-	ctx, stop := SignalContext()
+	sctx, stop := SignalContext()
 	defer stop()
-	nc, js, subj, err := f.Connect(ctx, name, log)
+	nc, js, subj, err := f.Connect(sctx, name, log)
 	if err != nil {
 		return err
 	}
+	if f.InitStreams {
+		log.Info("streams ready")
+		return drain(nc, nil)
+	}
+	// A connection that closes for good (nats.go gives up on credentials
+	// refused twice on a reconnect) ends the process with the reason,
+	// rather than leaving it running without a connection.
+	ctx, cancel := context.WithCancelCause(sctx)
+	defer cancel(nil)
+	nc.SetClosedHandler(func(c *nats.Conn) { cancel(f.closedError(c)) })
+	if nc.IsClosed() {
+		cancel(f.closedError(nc))
+	}
 	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log})
+	if nc.IsClosed() {
+		// The body may have seen the closed connection before the handler
+		// ran: the reason matters more than the body's error.
+		return f.closedError(nc)
+	}
+	return drain(nc, err)
+}
+
+// closedError says why nc closed for good.
+func (f *Fleet) closedError(nc *nats.Conn) error {
+	reason := f.Explain(f.ConnectOptions().Explain(f.NATS, nc.LastError()))
+	if reason == nil {
+		reason = errors.New("closed by the client")
+	}
+	return fmt.Errorf("%w: %w", ErrConnectionClosed, reason)
+}
+
+// drain drains nc (bounded) and returns err, or the drain's error if err is nil.
+func drain(nc *nats.Conn, err error) error {
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if derr := bus.Drain(dctx, nc); derr != nil && err == nil {

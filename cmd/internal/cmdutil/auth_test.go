@@ -1,0 +1,351 @@
+package cmdutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/actors/collector"
+	envactor "github.com/rollfleet/rollfleet/actors/env"
+	"github.com/rollfleet/rollfleet/actors/llm"
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// authConf is the example server configuration with a user per role.
+const authConf = "../../../examples/nats/auth.conf"
+
+// passwords are the example configuration's placeholder passwords.
+var passwords = map[string]string{
+	"admin":     "admin-CHANGE-ME",
+	"envworker": "envworker-CHANGE-ME",
+	"llmworker": "llmworker-CHANGE-ME",
+	"collector": "collector-CHANGE-ME",
+	"trainer":   "trainer-CHANGE-ME",
+}
+
+func startServer(t *testing.T, opts bus.ServerOptions) *server.Server {
+	t.Helper()
+	s, err := bus.StartServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Shutdown(s) })
+	return s
+}
+
+// fleetAs is the flags of a fleet process logging in as user.
+func fleetAs(url, user, password string) Fleet {
+	return Fleet{NATS: url, NATSAuth: NATSAuth{NATSUser: user, NATSPassword: password}, Prefix: "rf", Replicas: 1, LogLevel: "info"}
+}
+
+// errorLog records a logger's warnings and errors.
+type errorLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *errorLog) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelWarn }
+func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
+	msg := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
+	l.mu.Lock()
+	l.msgs = append(l.msgs, msg)
+	l.mu.Unlock()
+	return nil
+}
+func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *errorLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *errorLog) refusals() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.msgs {
+		if strings.Contains(strings.ToLower(m), "permission") || strings.Contains(m, "refused") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+type fleetCLI struct {
+	Fleet
+}
+
+func TestAuthFlags(t *testing.T) {
+	parse := func(t *testing.T, args ...string) Fleet {
+		t.Helper()
+		var c fleetCLI
+		p, err := kong.New(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return c.Fleet
+	}
+	f := parse(t, "--nats-user", "envworker", "--nats-password", "pw", "--tls-ca", "ca.pem",
+		"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-insecure")
+	want := bus.ConnectOptions{User: "envworker", Password: "pw", TLS: bus.TLSOptions{Insecure: true}}
+	got := f.ConnectOptions()
+	if got.User != want.User || got.Password != want.Password || !got.TLS.Insecure ||
+		filepath.Base(got.TLS.CAFile) != "ca.pem" || filepath.Base(got.TLS.CertFile) != "c.pem" || filepath.Base(got.TLS.KeyFile) != "k.pem" {
+		t.Errorf("flags gave %+v", got)
+	}
+	f = parse(t, "--nats-token", "tok", "--nats-nkey", "user.nk")
+	if got := f.ConnectOptions(); got.Token != "tok" || filepath.Base(got.NKeyFile) != "user.nk" {
+		t.Errorf("flags gave %+v", got)
+	}
+	if got := parse(t, "--nats-creds", "user.creds").ConnectOptions(); filepath.Base(got.CredsFile) != "user.creds" {
+		t.Errorf("flags gave %+v", got)
+	}
+
+	t.Setenv("RF_NATS_USER", "collector")
+	t.Setenv("RF_NATS_PASSWORD", "from-env")
+	if got := parse(t).ConnectOptions(); got.User != "collector" || got.Password != "from-env" {
+		t.Errorf("environment gave %+v", got)
+	}
+}
+
+func TestConnectWrongPassword(t *testing.T) {
+	s := startServer(t, bus.ServerOptions{ConfigFile: authConf, Port: -1, DataDir: t.TempDir()})
+	f := fleetAs(s.ClientURL(), "envworker", "wrong")
+	_, _, _, err := f.Connect(context.Background(), "envworker", slog.New(slog.DiscardHandler))
+	if !errors.Is(err, bus.ErrAuthFailed) {
+		t.Fatalf("got %v, want ErrAuthFailed", err)
+	}
+	for _, want := range []string{`authorization failed for user "envworker"`, "check --nats-user/--nats-password"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// TestRolesRunTheFleet runs the three actors and a trainer, each as its own
+// user of the example configuration, after the admin created the streams.
+func TestRolesRunTheFleet(t *testing.T) {
+	s := startServer(t, bus.ServerOptions{ConfigFile: authConf, Port: -1, DataDir: t.TempDir()})
+	url := s.ClientURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Roles may not create the streams.
+	f := fleetAs(url, "collector", passwords["collector"])
+	if _, _, _, err := f.Connect(ctx, "collector", slog.New(slog.DiscardHandler)); !errors.Is(err, ErrStreamPermission) {
+		t.Fatalf("collector before the streams exist: got %v, want ErrStreamPermission", err)
+	}
+	// The admin creates them.
+	admin := fleetAs(url, "admin", passwords["admin"])
+	admin.InitStreams = true
+	if err := run("admin", admin, slog.New(slog.DiscardHandler), func(Process) error {
+		return errors.New("the body runs with --init-streams")
+	}); err != nil {
+		t.Fatalf("--init-streams: %v", err)
+	}
+
+	model := toyllm.New(toyllm.Options{})
+	modelURL, stopModel, err := model.Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopModel)
+
+	logs := map[string]*errorLog{}
+	connect := func(role string) (*nats.Conn, jetstream.JetStream, messages.Subjects, *slog.Logger) {
+		t.Helper()
+		logs[role] = &errorLog{}
+		log := slog.New(logs[role])
+		f := fleetAs(url, role, passwords[role])
+		nc, js, subj, err := f.Connect(ctx, role, log)
+		if err != nil {
+			t.Fatalf("%s: %v", role, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, js, subj, log
+	}
+	var runs []func(context.Context) error
+	nc, _, subj, log := connect("llmworker")
+	lw, err := llm.New(nc, llm.Options{Endpoints: []string{modelURL}, Subjects: subj, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs = append(runs, lw.Run)
+	nc, js, subj, log := connect("envworker")
+	ew, err := envactor.New(nc, js, envactor.Options{Concurrency: 8, Subjects: subj, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs = append(runs, ew.Run)
+	_, js, subj, log = connect("collector")
+	runs = append(runs, collector.New(js, collector.Options{Subjects: subj, Logger: log}).Run)
+	actx, stopActors := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stopActors(); wg.Wait() })
+	for _, run := range runs {
+		wg.Go(func() {
+			if err := run(actx); err != nil {
+				t.Errorf("actor: %v", err)
+			}
+		})
+	}
+
+	// The trainer watches trajectories and failures, then submits.
+	_, tjs, subj, _ := connect("trainer")
+	var trajectories, failures atomic.Int64
+	for stream, n := range map[string]*atomic.Int64{subj.StreamTrajectories(): &trajectories, subj.StreamFailures(): &failures} {
+		cons, err := tjs.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatalf("trainer: %s: %v", stream, err)
+		}
+		cc, err := cons.Consume(func(jetstream.Msg) { n.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cc.Stop)
+	}
+	const episodes = 4
+	for i := range episodes {
+		seed, envSeed := int64(i), uint64(i)
+		id := fmt.Sprintf("ep-%d", i)
+		data, err := messages.Marshal(&messages.EpisodeRequest{
+			V: messages.Version, EpisodeID: id, GroupID: id, GroupSize: 1,
+			Env: "game:GuessTheNumber-v0", EnvSeed: &envSeed,
+			Sampling:  messages.SamplingParams{Temperature: 1, MaxTokens: 64, Seed: &seed},
+			MaxLength: 4096,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.Publish(ctx, tjs, subj.Episodes("game:GuessTheNumber-v0"), data, id); err != nil {
+			t.Fatalf("trainer: submit: %v", err)
+		}
+	}
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n, f := trajectories.Load(), failures.Load(); n+f < episodes {
+			return fmt.Errorf("%d trajectories and %d failures of %d episodes", n, f, episodes)
+		}
+		return nil
+	})
+	if n := trajectories.Load(); n != episodes {
+		t.Errorf("%d trajectories of %d episodes (%d failures)", n, episodes, failures.Load())
+	}
+	for role, l := range logs {
+		if r := l.refusals(); len(r) > 0 {
+			t.Errorf("%s: %q", role, r)
+		}
+	}
+}
+
+// TestRunEndsWhenCredentialsAreRevoked checks that a fleet process exits,
+// saying why, when the server stops accepting its credentials on a
+// reconnect, whichever actor it runs.
+func TestRunEndsWhenCredentialsAreRevoked(t *testing.T) {
+	model := toyllm.New(toyllm.Options{})
+	modelURL, stopModel, err := model.Start(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopModel)
+	for name, body := range map[string]func(Process) error{
+		"waiting": func(p Process) error {
+			<-p.Ctx.Done()
+			return nil
+		},
+		"collector": func(p Process) error {
+			return collector.New(p.JS, collector.Options{Subjects: p.Subjects, Logger: p.Log}).Run(p.Ctx)
+		},
+		"envworker": func(p Process) error {
+			w, err := envactor.New(p.NC, p.JS, envactor.Options{Subjects: p.Subjects, Logger: p.Log})
+			if err != nil {
+				return err
+			}
+			return w.Run(p.Ctx)
+		},
+		"llmworker": func(p Process) error {
+			w, err := llm.New(p.NC, llm.Options{Endpoints: []string{modelURL}, Subjects: p.Subjects, Logger: p.Log})
+			if err != nil {
+				return err
+			}
+			return w.Run(p.Ctx)
+		},
+	} {
+		t.Run(name, func(t *testing.T) { testRevoked(t, body) })
+	}
+}
+
+func testRevoked(t *testing.T, body func(Process) error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "server.conf")
+	write := func(password string) {
+		t.Helper()
+		c := fmt.Sprintf("listen: %q\njetstream { store_dir: %q }\nauthorization { users = [ {user: worker, password: %q} ] }\n",
+			addr, filepath.Join(dir, "data"), password)
+		if err := os.WriteFile(conf, []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("before")
+	s, err := bus.StartServer(bus.ServerOptions{ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- run("worker", fleetAs("nats://"+addr, "worker", "before"), slog.New(slog.DiscardHandler), func(p Process) error {
+			close(started)
+			return body(p)
+		})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("run ended before its body: %v", err)
+	}
+	// The server comes back with another password. (A configuration reload
+	// would do as well, but reloading races with JetStream traffic inside
+	// the server.)
+	bus.Shutdown(s)
+	write("after")
+	startServer(t, bus.ServerOptions{ConfigFile: conf})
+	var got error
+	bustest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case got = <-done:
+			return nil
+		default:
+			return errors.New("run still running")
+		}
+	})
+	if !errors.Is(got, ErrConnectionClosed) || !errors.Is(got, bus.ErrAuthFailed) {
+		t.Errorf("got %v, want ErrConnectionClosed with ErrAuthFailed", got)
+	}
+	if got != nil && !strings.Contains(got.Error(), `user "worker"`) {
+		t.Errorf("error %q does not name the user", got)
+	}
+}

@@ -1,0 +1,158 @@
+package envs
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/rollfleet/rollfleet/envs/mathgrade"
+	"github.com/rollfleet/rollfleet/nemogym"
+)
+
+const mathFamily = "Math"
+
+// Text of the math envs. mathPrompt closes the question of the GEM-style
+// env; mathRetry asks for another attempt after a wrong answer.
+const (
+	mathPrompt = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+	mathRetry  = "Your answer is incorrect. Please try again and put your final answer within \\boxed{}."
+)
+
+// mathSpecs registers the math envs. Both are task envs: the request's
+// prompt is the question and its label the expected answer. "math" asks the
+// question GEM's way, in one user message; "math:nemo" asks it as NeMo Gym's
+// math items do, under their system prompt.
+func mathSpecs() []Spec {
+	spec := func(id string, system bool) Spec {
+		return Spec{
+			ID: id, Family: mathFamily, Params: map[string]any{"max_attempts": 1}, MaxTurns: 1, Task: true,
+			new: func(opts map[string]json.RawMessage) (Env, error) { return newMath(opts, system) },
+		}
+	}
+	return []Spec{spec("math", false), spec("math:nemo", true)}
+}
+
+// mathState is the whole state; its JSON form is the snapshot.
+type mathState struct {
+	Question    string `json:"question"`
+	Answer      string `json:"answer"`
+	MaxAttempts int    `json:"max_attempts"`
+	Attempts    int    `json:"attempts"`
+	// System asks the question under NeMo Gym's system prompt.
+	System bool `json:"system"`
+	// Extracted and Reward are the grading of the last answer.
+	Extracted string  `json:"extracted"`
+	Reward    float64 `json:"reward"`
+}
+
+// mathEnv is a single-turn math problem, or a multi-turn one when
+// max_attempts > 1: a wrong answer is then told so and may be retried. Every
+// answer is graded by mathgrade, 1.0 or 0.0.
+type mathEnv struct {
+	s mathState
+}
+
+func newMath(opts map[string]json.RawMessage, system bool) (Env, error) {
+	s := mathState{MaxAttempts: 1, System: system}
+	for key, dst := range map[string]any{"question": &s.Question, "answer": &s.Answer, "max_attempts": &s.MaxAttempts} {
+		if raw, ok := opts[key]; ok {
+			if err := decodeStrict(raw, dst); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrBadOption, key, err)
+			}
+		}
+	}
+	if err := s.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadOption, err)
+	}
+	return &mathEnv{s: s}, nil
+}
+
+func (s *mathState) validate() error {
+	switch {
+	case s.Question == "":
+		return fmt.Errorf("question: must not be empty (a math episode needs the request's prompt)")
+	case s.MaxAttempts < 1:
+		return fmt.Errorf("max_attempts: must be >= 1, got %d", s.MaxAttempts)
+	case s.Attempts < 0 || s.Attempts > s.MaxAttempts:
+		return fmt.Errorf("attempts: %d is outside [0, %d]", s.Attempts, s.MaxAttempts)
+	}
+	return nil
+}
+
+// Reset starts over; a math problem draws nothing at random.
+func (m *mathEnv) Reset(*rand.Rand) (string, Info) {
+	m.s.Attempts = 0
+	return m.Instructions(), m.Info()
+}
+
+// Step grades the answer in the action's last \boxed{}. The final step's
+// observation is empty: the trajectory ends with the model's answer, and the
+// verdict is in the reward and the info (extracted_answer, expected_answer,
+// library_reward).
+func (m *mathEnv) Step(action string) StepResult {
+	m.s.Attempts++
+	g := mathgrade.Grade(action, m.s.Answer)
+	m.s.Extracted, m.s.Reward = g.Extracted, g.Reward
+	info := m.Info()
+	if g.Reward == 0 && m.s.Attempts < m.s.MaxAttempts {
+		return StepResult{Observation: mathRetry, Reward: 0, Info: info}
+	}
+	return StepResult{Reward: g.Reward, Terminated: true, Won: g.Reward == 1, Info: info}
+}
+
+// Instructions is the question as the env asks it.
+func (m *mathEnv) Instructions() string {
+	if m.s.System {
+		return m.s.Question
+	}
+	return m.s.Question + mathPrompt
+}
+
+// Info carries NeMo Gym's system prompt for the "math:nemo" env and, once
+// an answer was given, its grading as NeMo Gym reports it.
+func (m *mathEnv) Info() Info {
+	info := Info{}
+	if m.s.System {
+		info["system"] = nemogym.SystemPrompt
+	}
+	if m.s.Attempts > 0 {
+		info["extracted_answer"] = m.s.Extracted
+		info["expected_answer"] = m.s.Answer
+		info["library_reward"] = fmt.Sprint(m.s.Reward)
+	}
+	return info
+}
+
+// Snapshot returns the state as a JSON object with the keys of mathState.
+func (m *mathEnv) Snapshot() json.RawMessage {
+	b, _ := json.Marshal(m.s) // cannot fail: strings, ints and a bool
+	return b
+}
+
+// Restore overrides the keys present in state; on any error the env keeps
+// its previous state.
+func (m *mathEnv) Restore(state json.RawMessage) error {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return restoreError(mathFamily, err)
+	}
+	next := m.s
+	fields := map[string]any{
+		"question": &next.Question, "answer": &next.Answer, "max_attempts": &next.MaxAttempts,
+		"attempts": &next.Attempts, "system": &next.System, "extracted": &next.Extracted, "reward": &next.Reward,
+	}
+	if err := restoreFields(mathFamily, obj, fields); err != nil {
+		return err
+	}
+	if err := next.validate(); err != nil {
+		return restoreError(mathFamily, err)
+	}
+	m.s = next
+	return nil
+}
+
+// Turn is the number of answers given.
+func (m *mathEnv) Turn() int { return m.s.Attempts }
+
+// MaxTurns is the number of answers allowed.
+func (m *mathEnv) MaxTurns() int { return m.s.MaxAttempts }

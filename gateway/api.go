@@ -1,0 +1,553 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// The request bodies of the HTTP API, with vLLM's field names and defaults. Unknown fields are
+// ignored, as vLLM ignores them; fields of features the gateway cannot honour are refused with
+// a 400 rather than silently dropped.
+
+// maxSessionIDLength bounds session ids, leaving room in episode ids for a segment suffix.
+const maxSessionIDLength = 256
+
+// samplingFields are the request fields both generation endpoints share.
+type samplingFields struct {
+	Model                  string   `json:"model"`
+	Temperature            *float64 `json:"temperature"`
+	TopP                   *float64 `json:"top_p"`
+	TopK                   *int64   `json:"top_k"`
+	MinP                   *float64 `json:"min_p"`
+	Seed                   *int64   `json:"seed"`
+	N                      *int64   `json:"n"`
+	Stop                   stopList `json:"stop"`
+	StopTokenIDs           []int64  `json:"stop_token_ids"`
+	IgnoreEOS              bool     `json:"ignore_eos"`
+	MinTokens              *int64   `json:"min_tokens"`
+	PresencePenalty        *float64 `json:"presence_penalty"`
+	FrequencyPenalty       *float64 `json:"frequency_penalty"`
+	RepetitionPenalty      *float64 `json:"repetition_penalty"`
+	SkipSpecialTokens      *bool    `json:"skip_special_tokens"`
+	IncludeStopStrInOutput bool     `json:"include_stop_str_in_output"`
+	ReturnTokensAsTokenIDs bool     `json:"return_tokens_as_token_ids"`
+	ReturnTokenIDs         bool     `json:"return_token_ids"`
+
+	// SessionID names the session whose token trace the call extends; the X-Session-ID header
+	// and extra_body.session_id are the other places it may come from.
+	SessionID *string `json:"session_id"`
+	// ExtraBody is read for session_id only: OpenAI clients merge their extra_body into the
+	// body, so only hand-written clients send it as a member.
+	ExtraBody *struct {
+		SessionID *string `json:"session_id"`
+	} `json:"extra_body"`
+
+	// Features the gateway cannot honour: a request asking for one is refused.
+	Stream            bool               `json:"stream"`
+	Echo              bool               `json:"echo"`
+	BestOf            *int64             `json:"best_of"`
+	UseBeamSearch     bool               `json:"use_beam_search"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	PromptLogprobs    *int64             `json:"prompt_logprobs"`
+	Priority          int64              `json:"priority"`
+	Tools             json.RawMessage    `json:"tools"`
+	ResponseFormat    *responseFormat    `json:"response_format"`
+	GuidedJSON        json.RawMessage    `json:"guided_json"`
+	GuidedRegex       json.RawMessage    `json:"guided_regex"`
+	GuidedChoice      json.RawMessage    `json:"guided_choice"`
+	GuidedGrammar     json.RawMessage    `json:"guided_grammar"`
+	StructuredOutputs json.RawMessage    `json:"structured_outputs"`
+}
+
+type responseFormat struct {
+	Type string `json:"type"`
+}
+
+// chatRequest is the body of POST /v1/chat/completions.
+type chatRequest struct {
+	samplingFields
+	Messages             []chatMessage   `json:"messages"`
+	MaxTokens            *int64          `json:"max_tokens"`
+	MaxCompletionTokens  *int64          `json:"max_completion_tokens"`
+	Logprobs             bool            `json:"logprobs"`
+	TopLogprobs          *int64          `json:"top_logprobs"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+	AddSpecialTokens     bool            `json:"add_special_tokens"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+	ChatTemplate         *string         `json:"chat_template"`
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	samplingFields
+	Prompt           promptInput `json:"prompt"`
+	MaxTokens        *int64      `json:"max_tokens"`
+	Logprobs         *int64      `json:"logprobs"`
+	AddSpecialTokens *bool       `json:"add_special_tokens"`
+	Suffix           *string     `json:"suffix"`
+}
+
+// tokenizeRequest is the body of POST /tokenize, in either of vLLM's forms.
+type tokenizeRequest struct {
+	Model                string          `json:"model"`
+	Prompt               *string         `json:"prompt"`
+	Messages             []chatMessage   `json:"messages"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+	ReturnTokenStrs      bool            `json:"return_token_strs"`
+}
+
+// detokenizeRequest is the body of POST /detokenize.
+type detokenizeRequest struct {
+	Model  string  `json:"model"`
+	Tokens []int64 `json:"tokens"`
+}
+
+// finishRequest is the body of POST /v1/sessions/{id}/finish.
+type finishRequest struct {
+	// Reward is the session's outcome, required.
+	Reward *float64 `json:"reward"`
+	// Scores defaults to Reward.
+	Scores    *float64           `json:"scores"`
+	ExtraLogs map[string]float64 `json:"extra_logs"`
+	Label     string             `json:"label"`
+	// Env names the trajectory subject's env; default Options.Env.
+	Env string `json:"env"`
+	// GroupID, SampleIndex and GroupSize place the session in a group of samples of one
+	// prompt; default the session id, 0 and 1.
+	GroupID     string            `json:"group_id"`
+	SampleIndex *int32            `json:"sample_index"`
+	GroupSize   *int32            `json:"group_size"`
+	Info        map[string]string `json:"info"`
+}
+
+// stopList is vLLM's "stop": one string or a list of strings.
+type stopList []string
+
+// UnmarshalJSON accepts a string, a list of strings or null.
+func (s *stopList) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var one string
+		if err := json.Unmarshal(b, &one); err != nil {
+			return fmt.Errorf("stop: %w", err)
+		}
+		*s = stopList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errors.New("stop must be a string or a list of strings")
+	}
+	*s = many
+	return nil
+}
+
+// chatMessage is a chat message whose content may be a string, null or a list of text parts,
+// as OpenAI clients send it; the parts are joined with newlines, as vLLM does for string
+// templates.
+type chatMessage struct {
+	messages.ChatMessage
+}
+
+// UnmarshalJSON accepts content as a string, null, or a list of text parts. Tool calls are
+// refused: the gateway cannot render them through the chat template.
+func (m *chatMessage) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Role      string          `json:"role"`
+		Content   json.RawMessage `json:"content"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return errors.New("each message must be an object with a role and a content")
+	}
+	if tc := bytes.TrimSpace(raw.ToolCalls); len(tc) > 0 && string(tc) != "null" && string(tc) != "[]" {
+		return errors.New("messages with tool_calls are not supported by the gateway")
+	}
+	m.Role = raw.Role
+	m.Content = ""
+	content := bytes.TrimSpace(raw.Content)
+	if len(content) == 0 || string(content) == "null" {
+		return nil
+	}
+	if content[0] == '"' {
+		if err := json.Unmarshal(content, &m.Content); err != nil {
+			return fmt.Errorf("message content: %w", err)
+		}
+		return nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(content, &parts); err != nil {
+		return errors.New("message content must be a string or a list of text parts")
+	}
+	texts := make([]string, len(parts))
+	for i, p := range parts {
+		if p.Type != "text" {
+			return fmt.Errorf("message content part of type %.32q is not supported", p.Type)
+		}
+		texts[i] = p.Text
+	}
+	m.Content = strings.Join(texts, "\n")
+	return nil
+}
+
+// promptInput is a completion prompt: a string or a list of token ids. A batch of one prompt
+// is accepted as that prompt.
+type promptInput struct {
+	ids    []int32
+	text   string
+	isText bool
+	set    bool
+}
+
+// UnmarshalJSON parses the prompt.
+func (p *promptInput) UnmarshalJSON(b []byte) error { return p.parse(b, true) }
+
+// parse parses a prompt, or with batch a batch of one prompt.
+func (p *promptInput) parse(b []byte, batch bool) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	if b[0] == '"' {
+		p.set, p.isText, p.ids = true, true, nil
+		return json.Unmarshal(b, &p.text)
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(b, &list); err != nil {
+		return errors.New("prompt must be a string or a list of token ids")
+	}
+	if len(list) > 0 {
+		if first := bytes.TrimSpace(list[0]); len(first) > 0 && (first[0] == '"' || first[0] == '[') {
+			if len(list) != 1 || !batch {
+				return errors.New("batched prompts are not supported: send one prompt per request")
+			}
+			return p.parse(first, false)
+		}
+	}
+	ids, err := parseTokenIDs("prompt", b)
+	if err != nil {
+		return err
+	}
+	p.set, p.isText, p.text, p.ids = true, false, "", ids
+	return nil
+}
+
+// parseTokenIDs parses a JSON list of token ids in [0, MaxInt32].
+func parseTokenIDs(field string, b []byte) ([]int32, error) {
+	var raw []int64
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("%s must be a list of integer token ids", field)
+	}
+	return tokenIDs(field, raw)
+}
+
+// tokenIDs converts token ids, checking that each is in [0, MaxInt32].
+func tokenIDs(field string, raw []int64) ([]int32, error) {
+	ids := make([]int32, len(raw))
+	for i, id := range raw {
+		if id < 0 || id > math.MaxInt32 {
+			return nil, fmt.Errorf("%s[%d]: token id %d is out of range", field, i, id)
+		}
+		ids[i] = int32(id)
+	}
+	return ids, nil
+}
+
+// decodeJSON parses a JSON request body into v, phrasing errors for the client.
+func decodeJSON(body []byte, v any) error {
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return badRequest("invalid JSON body: %w", err)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return badRequest("request body must be a JSON object")
+		}
+		field := strings.TrimPrefix(typ.Field, "samplingFields.")
+		return badRequest("invalid value for field %q: JSON %s where %s was expected", field, typ.Value, typ.Type)
+	}
+	return badRequest("%w", err)
+}
+
+// refused checks the request for features the gateway does not honour.
+func (f *samplingFields) refused() error {
+	nonNull := func(raw json.RawMessage) bool {
+		raw = bytes.TrimSpace(raw)
+		return len(raw) > 0 && string(raw) != "null"
+	}
+	switch {
+	case f.Stream:
+		return badRequest("stream is not supported by the gateway")
+	case f.Echo:
+		return badRequest("echo is not supported by the gateway")
+	case f.BestOf != nil && *f.BestOf != 1:
+		return badRequest("best_of is not supported by the gateway")
+	case f.UseBeamSearch:
+		return badRequest("use_beam_search is not supported by the gateway")
+	case len(f.LogitBias) > 0:
+		return badRequest("logit_bias is not supported by the gateway")
+	case f.PromptLogprobs != nil:
+		return badRequest("prompt_logprobs is not supported by the gateway")
+	case f.Priority != 0:
+		return badRequest("priority is not supported by the gateway")
+	case nonNull(f.Tools) && string(bytes.TrimSpace(f.Tools)) != "[]":
+		return badRequest("tools are not supported by the gateway")
+	case f.ResponseFormat != nil && f.ResponseFormat.Type != "" && f.ResponseFormat.Type != "text":
+		return badRequest("response_format %.32q is not supported by the gateway", f.ResponseFormat.Type)
+	case nonNull(f.GuidedJSON), nonNull(f.GuidedRegex), nonNull(f.GuidedChoice), nonNull(f.GuidedGrammar), nonNull(f.StructuredOutputs):
+		return badRequest("guided decoding is not supported by the gateway")
+	case f.N != nil && *f.N != 1:
+		return badRequest("n must be 1: the gateway records one completion per call, got %d", *f.N)
+	}
+	return nil
+}
+
+// sampling checks the request's sampling fields and returns them as the LLM workers carry
+// them. Unset fields take vLLM's defaults: temperature 1, top_p 1, top_k off, min_p 0, no
+// penalties, special tokens skipped in the text.
+func (f *samplingFields) sampling() (messages.SamplingParams, error) {
+	if err := f.refused(); err != nil {
+		return messages.SamplingParams{}, err
+	}
+	sp := messages.SamplingParams{Temperature: 1, SkipSpecialTokens: true}
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	if t := f.Temperature; t != nil {
+		if *t < 0 || !finite(*t) {
+			return sp, badRequest("temperature must be non-negative, got %g.", *t)
+		}
+		sp.Temperature = *t
+	}
+	if p := f.TopP; p != nil {
+		if !(*p > 0 && *p <= 1) {
+			return sp, badRequest("top_p must be in (0, 1], got %g.", *p)
+		}
+		sp.TopP = *p
+	}
+	if k := f.TopK; k != nil {
+		if *k < -1 || *k > math.MaxInt32 {
+			return sp, badRequest("top_k must be -1 or 0 (disable), or at least 1, got %d.", *k)
+		}
+		sp.TopK = int32(*k)
+	}
+	if p := f.MinP; p != nil {
+		if !(*p >= 0 && *p <= 1) {
+			return sp, badRequest("min_p must be in [0, 1], got %g.", *p)
+		}
+		sp.MinP = *p
+	}
+	if p := f.PresencePenalty; p != nil {
+		if !(*p >= -2 && *p <= 2) {
+			return sp, badRequest("presence_penalty must be in [-2, 2], got %g.", *p)
+		}
+		sp.PresencePenalty = *p
+	}
+	if p := f.FrequencyPenalty; p != nil {
+		if !(*p >= -2 && *p <= 2) {
+			return sp, badRequest("frequency_penalty must be in [-2, 2], got %g.", *p)
+		}
+		sp.FrequencyPenalty = *p
+	}
+	if p := f.RepetitionPenalty; p != nil {
+		if !(*p > 0) || !finite(*p) {
+			return sp, badRequest("repetition_penalty must be greater than zero, got %g.", *p)
+		}
+		sp.RepetitionPenalty = *p
+	}
+	if n := f.MinTokens; n != nil {
+		if *n < 0 || *n > math.MaxInt32 {
+			return sp, badRequest("min_tokens must be greater than or equal to 0, got %d.", *n)
+		}
+		sp.MinTokens = int32(*n)
+	}
+	sp.Seed = f.Seed
+	for _, s := range f.Stop {
+		if s == "" {
+			return sp, badRequest("stop cannot contain an empty string.")
+		}
+	}
+	sp.Stop = f.Stop
+	if len(f.StopTokenIDs) > 0 {
+		ids, err := tokenIDs("stop_token_ids", f.StopTokenIDs)
+		if err != nil {
+			return sp, badRequest("%w", err)
+		}
+		sp.StopTokenIDs = ids
+	}
+	sp.IgnoreEOS = f.IgnoreEOS
+	if f.SkipSpecialTokens != nil {
+		sp.SkipSpecialTokens = *f.SkipSpecialTokens
+	}
+	sp.IncludeStopStrInOutput = f.IncludeStopStrInOutput
+	if err := sp.Validate(); err != nil {
+		return sp, badRequest("%w", err)
+	}
+	return sp, nil
+}
+
+// sessionFromBody returns the session id the body names: session_id, or extra_body.session_id.
+// Both must agree when both are given.
+func (f *samplingFields) sessionFromBody() (string, error) {
+	var id string
+	if f.SessionID != nil {
+		id = *f.SessionID
+	}
+	if f.ExtraBody != nil && f.ExtraBody.SessionID != nil {
+		if id != "" && id != *f.ExtraBody.SessionID {
+			return "", badRequest("session_id %.64q and extra_body.session_id %.64q differ", id, *f.ExtraBody.SessionID)
+		}
+		id = *f.ExtraBody.SessionID
+	}
+	return id, nil
+}
+
+// checkSessionID checks a session id: 1 to 256 bytes of printable ASCII or UTF-8 without
+// '/', so that segment episode ids "<session>/seg<k>" are unambiguous.
+func checkSessionID(id string) error {
+	if id == "" || len(id) > maxSessionIDLength {
+		return badRequest("session id must be 1 to %d bytes, got %d", maxSessionIDLength, len(id))
+	}
+	for _, c := range id {
+		if c < 0x20 || c == 0x7f || c == '/' || c == ' ' || c == '\uFFFD' {
+			return badRequest("session id %.64q: character %q not allowed (no '/', spaces or control characters)", id, c)
+		}
+	}
+	return nil
+}
+
+// decodeChat decodes and checks the body of a chat completion request.
+func decodeChat(body []byte) (*chatRequest, messages.SamplingParams, error) {
+	var req chatRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, messages.SamplingParams{}, err
+	}
+	sp, err := req.sampling()
+	if err != nil {
+		return nil, sp, err
+	}
+	if err := req.checkTemplate(); err != nil {
+		return nil, sp, err
+	}
+	switch {
+	case req.TopLogprobs != nil && *req.TopLogprobs > 0 && !req.Logprobs:
+		return nil, sp, badRequest("when using `top_logprobs`, `logprobs` must be set to true.")
+	case req.TopLogprobs != nil && *req.TopLogprobs < 0:
+		return nil, sp, badRequest("top_logprobs must be non-negative, got %d", *req.TopLogprobs)
+	case req.TopLogprobs != nil && *req.TopLogprobs > 0:
+		return nil, sp, badRequest("top_logprobs > 0 is not supported by the gateway: only the sampled token's logprob is carried (use top_logprobs 0)")
+	}
+	return &req, sp, nil
+}
+
+// addGenerationPrompt is the request's add_generation_prompt, true by default.
+func (r *chatRequest) addGenerationPrompt() bool {
+	return r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
+}
+
+// checkTemplate checks the chat template settings.
+func (r *chatRequest) checkTemplate() error {
+	return checkTemplate(r.Messages, r.addGenerationPrompt(), r.ContinueFinalMessage, r.ChatTemplateKwargs, r.ChatTemplate != nil)
+}
+
+func checkTemplate(msgs []chatMessage, addGenerationPrompt, continueFinal bool, kwargs json.RawMessage, customTemplate bool) error {
+	switch {
+	case len(msgs) == 0:
+		return badRequest("messages must not be empty")
+	case addGenerationPrompt && continueFinal:
+		return badRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+	case customTemplate:
+		return badRequest("chat_template is not supported by the gateway: the model's own template applies")
+	}
+	for i, m := range msgs {
+		if m.Role == "" {
+			return badRequest("messages[%d]: role is required", i)
+		}
+	}
+	if kw := bytes.TrimSpace(kwargs); len(kw) > 0 && string(kw) != "null" && kw[0] != '{' {
+		return badRequest("chat_template_kwargs must be a JSON object")
+	}
+	return nil
+}
+
+// templateKwargs returns the chat_template_kwargs worth sending: nil for absent, null or {}.
+func templateKwargs(kwargs json.RawMessage) []byte {
+	kw := bytes.TrimSpace(kwargs)
+	if len(kw) == 0 || string(kw) == "null" {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(kw, &m) == nil && len(m) == 0 {
+		return nil
+	}
+	return kw
+}
+
+// decodeCompletion decodes and checks the body of a completion request.
+func decodeCompletion(body []byte) (*completionRequest, messages.SamplingParams, error) {
+	var req completionRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, messages.SamplingParams{}, err
+	}
+	sp, err := req.sampling()
+	if err != nil {
+		return nil, sp, err
+	}
+	switch {
+	case req.Suffix != nil && *req.Suffix != "":
+		return nil, sp, badRequest("suffix is not supported by the gateway")
+	case !req.Prompt.set:
+		return nil, sp, badRequest("prompt is required")
+	case req.Prompt.isText && req.Prompt.text == "", !req.Prompt.isText && len(req.Prompt.ids) == 0:
+		return nil, sp, badRequest("prompt must not be empty")
+	case req.Logprobs != nil && *req.Logprobs < 0:
+		return nil, sp, badRequest("logprobs must be non-negative, got %d", *req.Logprobs)
+	case req.Logprobs != nil && *req.Logprobs > 0:
+		return nil, sp, badRequest("logprobs > 0 is not supported by the gateway: only the sampled token's logprob is carried (use logprobs 0)")
+	}
+	return &req, sp, nil
+}
+
+// maxTokens resolves a request's max_tokens for a prompt of promptLen tokens and a context
+// window of maxLen (0 = unknown), checking it as vLLM does. fallback is the default when the
+// request sets none and the window does not give one.
+func maxTokens(requested *int64, promptLen, maxLen int, fallback int64, fillWindow bool) (int32, error) {
+	var n int64
+	switch {
+	case requested != nil:
+		n = *requested
+	case fillWindow && maxLen > 0:
+		if promptLen >= maxLen {
+			return 0, badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
+				"Please reduce the length of the input messages.", maxLen, promptLen)
+		}
+		n = int64(maxLen - promptLen)
+	default:
+		n = fallback
+	}
+	if n < 1 {
+		return 0, badRequest("max_tokens must be at least 1, got %d.", n)
+	}
+	if maxLen > 0 && int64(promptLen)+n > int64(maxLen) {
+		return 0, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			maxLen, int64(promptLen)+n, promptLen, n)
+	}
+	return int32(min(n, math.MaxInt32)), nil
+}

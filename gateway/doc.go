@@ -1,0 +1,53 @@
+// Package gateway is an OpenAI-compatible HTTP server in front of the LLM workers: an agent
+// that speaks vLLM's API (a NeMo Gym agent, an OpenAI client) calls it as it would call vLLM,
+// and every call is routed over NATS to the LLM workers, token ids in and out. Calls that
+// carry a session id are recorded as the session's token trace, and finishing the session
+// publishes that trace as trajectories in exactly the form the trainer consumes.
+//
+// # Endpoints
+//
+//	GET    /health                     200 while connected to NATS
+//	GET    /v1/models                  the served model and its max_model_len
+//	POST   /tokenize                   text, or messages through the model's chat template
+//	POST   /detokenize
+//	POST   /v1/chat/completions        messages → tokenize → generate
+//	POST   /v1/completions             a token-id or text prompt → generate
+//	GET    /v1/sessions/{id}           a session's calls, tokens and segments
+//	POST   /v1/sessions/{id}/finish    publish the session's trajectories with a reward
+//	DELETE /v1/sessions/{id}           discard the session (a failure record says so)
+//
+// Requests and responses have vLLM's field names and defaults. Each request carries its own
+// sampling settings (temperature, top_p, top_k, min_p, penalties, seed, stop, max_tokens or
+// max_completion_tokens, ...): nothing is shared between requests. Chat messages are rendered
+// by the model's own chat template on the model server, honouring add_generation_prompt,
+// continue_final_message and chat_template_kwargs. Responses carry the model's real
+// finish_reason, logprobs of the sampled tokens (as "token_id:<id>" strings with
+// return_tokens_as_token_ids), token_ids and prompt_token_ids with return_token_ids, and
+// usage. Features the gateway cannot honour (n > 1, top alternatives in logprobs, streaming,
+// tools, guided decoding, ...) are refused with a 400 rather than ignored. Errors have vLLM's
+// body, {"error": {"message", "type", "param", "code"}}, with 400 for a bad request or a
+// prompt beyond the context window, 404 for an unknown model or session, 409 for a session in
+// use or already ended, 413 for a body over the size limit, 429 when too many sessions are
+// open, 503 when no LLM worker answers and 504 when they do not answer in time.
+//
+// # Sessions
+//
+// A call names its session with the X-Session-ID header, a session_id member or
+// extra_body.session_id. The first call opens the session. Each call appends to the session's
+// trace the prompt tokens beyond the trace (non-action tokens, logprob 0), then the completion
+// as one action range with its logprobs. A prompt that does not start with the trace (the
+// client edited the history, or re-tokenizing the text gave other tokens) starts a new segment;
+// it is never merged, and the answer's X-Session-Drift header says so. Calls on one session
+// must be sequential: a second call while one is running gets a 409.
+//
+// Finishing a session with a reward publishes one Trajectory per segment on the trajectory
+// subject of its env, with the episode id as JetStream message id so that a retried finish
+// never stores twice: episode id "<session>" for the first segment and "<session>/seg<k>" for
+// the others. Every segment carries the reward on its last call (its other calls' step rewards
+// are 0); extra_logs gain turn_count, segment_index, segment_count and drift, info gains
+// session_id and, for a segment after drift, drift_reason. A session idle for longer than
+// Options.SessionTTL is expired as abandoned, and a DELETE discards one; either way a Failure
+// record (kind "episode") is published, so no session vanishes silently; so are the sessions
+// still open when the gateway stops. The ids of ended
+// sessions are refused for Options.FinishedTTL.
+package gateway

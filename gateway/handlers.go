@@ -1,0 +1,726 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// Headers of the session a call belongs to.
+const (
+	// HeaderSessionID carries a call's session id in a request (and is echoed in the answer).
+	HeaderSessionID = "X-Session-ID"
+	// HeaderSegment is the index of the session segment the call was recorded in.
+	HeaderSegment = "X-Session-Segment"
+	// HeaderCall is the call's index in its session.
+	HeaderCall = "X-Session-Call"
+	// HeaderDrift is "true" when the call's prompt did not extend the session's trace, so the
+	// call began a new segment.
+	HeaderDrift = "X-Session-Drift"
+)
+
+// tokenIDPrefix starts each token string when return_tokens_as_token_ids is set.
+const tokenIDPrefix = "token_id:"
+
+func (g *Gateway) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", g.handleHealth)
+	mux.HandleFunc("GET /v1/models", g.wrap(g.handleModels))
+	mux.HandleFunc("POST /tokenize", g.wrap(g.handleTokenize))
+	mux.HandleFunc("POST /detokenize", g.wrap(g.handleDetokenize))
+	mux.HandleFunc("POST /v1/chat/completions", g.wrap(g.handleChat))
+	mux.HandleFunc("POST /v1/completions", g.wrap(g.handleCompletion))
+	mux.HandleFunc("GET /v1/sessions/{id}", g.wrap(g.handleSession))
+	mux.HandleFunc("POST /v1/sessions/{id}/finish", g.wrap(g.handleFinish))
+	mux.HandleFunc("DELETE /v1/sessions/{id}", g.wrap(g.handleDiscard))
+	return mux
+}
+
+// wrap adapts a handler that returns an error, answering the error in vLLM's format.
+func (g *Gateway) wrap(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g.requests.Add(1)
+		if err := h(w, r); err != nil {
+			g.errs.Add(1)
+			g.writeError(w, r, err)
+		}
+	}
+}
+
+// readBody reads a request body within Options.MaxBodyBytes.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, statusError(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", g.opts.MaxBodyBytes)
+	case err != nil:
+		return nil, badRequest("reading request body: %w", err)
+	}
+	return body, nil
+}
+
+// handleHealth answers 200 with an empty body while the gateway is connected to NATS, 503
+// otherwise.
+func (g *Gateway) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	if !g.nc.IsConnected() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// modelCard describes a served model as vLLM does.
+type modelCard struct {
+	ID          string  `json:"id"`
+	Object      string  `json:"object"`
+	Created     int64   `json:"created"`
+	OwnedBy     string  `json:"owned_by"`
+	Root        string  `json:"root"`
+	Parent      *string `json:"parent"`
+	MaxModelLen int32   `json:"max_model_len"`
+	Permission  []any   `json:"permission"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request) error {
+	models, err := g.modelInfo(r.Context())
+	if err != nil {
+		return err
+	}
+	list := modelList{Object: "list", Data: make([]modelCard, len(models))}
+	for i, m := range models {
+		list.Data[i] = modelCard{
+			ID: m.ID, Object: "model", Created: g.created, OwnedBy: "rollfleet", Root: m.ID,
+			MaxModelLen: m.MaxModelLen, Permission: []any{},
+		}
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+type tokenizeResponse struct {
+	Count       int      `json:"count"`
+	MaxModelLen int32    `json:"max_model_len"`
+	Tokens      []int32  `json:"tokens"`
+	TokenStrs   []string `json:"token_strs"`
+}
+
+func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) error {
+	body, err := g.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req tokenizeRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	key := g.nextID("tok-")
+	treq := &messages.ChatTokenizeRequest{EpisodeID: key}
+	var text string
+	switch {
+	case req.Prompt != nil && req.Messages != nil:
+		return badRequest("give either prompt or messages, not both")
+	case req.Prompt != nil:
+		text = *req.Prompt
+		treq.AddSpecialTokens = req.AddSpecialTokens == nil || *req.AddSpecialTokens
+	case req.Messages != nil:
+		agp := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+		if err := checkTemplate(req.Messages, agp, req.ContinueFinalMessage, req.ChatTemplateKwargs, false); err != nil {
+			return err
+		}
+		treq.Messages = plainMessages(req.Messages)
+		treq.AddGenerationPrompt, treq.ContinueFinalMessage = agp, req.ContinueFinalMessage
+		treq.AddSpecialTokens = req.AddSpecialTokens != nil && *req.AddSpecialTokens
+		treq.ChatTemplateKwargs = templateKwargs(req.ChatTemplateKwargs)
+	default:
+		return badRequest("prompt or messages is required")
+	}
+	model, err := g.served(r.Context(), req.Model)
+	if err != nil {
+		return err
+	}
+	var ids []int32
+	if req.Messages != nil || text != "" {
+		if ids, err = g.tokenize(r.Context(), treq, text); err != nil {
+			return err
+		}
+	}
+	var strs []string
+	if req.ReturnTokenStrs && len(ids) > 0 {
+		rep, err := g.detokenize(r.Context(), key, ids, true)
+		if err != nil {
+			return err
+		}
+		strs = rep.Pieces
+	}
+	if req.ReturnTokenStrs && strs == nil {
+		strs = []string{}
+	}
+	writeJSON(w, http.StatusOK, tokenizeResponse{Count: len(ids), MaxModelLen: model.MaxModelLen, Tokens: nonNil(ids), TokenStrs: strs})
+	return nil
+}
+
+func nonNil(ids []int32) []int32 {
+	if ids == nil {
+		return []int32{}
+	}
+	return ids
+}
+
+func plainMessages(msgs []chatMessage) []messages.ChatMessage {
+	out := make([]messages.ChatMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ChatMessage
+	}
+	return out
+}
+
+func (g *Gateway) handleDetokenize(w http.ResponseWriter, r *http.Request) error {
+	body, err := g.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req detokenizeRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	if req.Tokens == nil {
+		return badRequest("tokens is required")
+	}
+	ids, err := tokenIDs("tokens", req.Tokens)
+	if err != nil {
+		return badRequest("%w", err)
+	}
+	if _, err := g.served(r.Context(), req.Model); err != nil {
+		return err
+	}
+	rep, err := g.detokenize(r.Context(), g.nextID("detok-"), ids, false)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Prompt string `json:"prompt"`
+	}{rep.Text})
+	return nil
+}
+
+// sessionID returns the call's session id: the X-Session-ID header, or the body's session_id
+// or extra_body.session_id; they must agree when several are given. Empty means none.
+func sessionID(r *http.Request, f *samplingFields) (string, error) {
+	id, err := f.sessionFromBody()
+	if err != nil {
+		return "", err
+	}
+	if h := r.Header.Get(HeaderSessionID); h != "" {
+		if id != "" && id != h {
+			return "", badRequest("the %s header %.64q and the body's session_id %.64q differ", HeaderSessionID, h, id)
+		}
+		id = h
+	}
+	if id == "" {
+		return "", nil
+	}
+	return id, checkSessionID(id)
+}
+
+// call is one model call being served.
+type call struct {
+	lease *lease // nil without a session
+	key   string // the session id, or a request id: the routing key of the LLM workers
+
+	prompt     []int32
+	promptText string
+	sampling   messages.SamplingParams
+	maxTokens  int32
+	pieces     bool // fetch each generated token's text, for logprobs
+
+	reply  *messages.GenerateReply
+	texts  []string
+	record recorded
+}
+
+// begin opens (or continues) the call's session.
+func (g *Gateway) begin(r *http.Request, f *samplingFields) (*call, error) {
+	sid, err := sessionID(r, f)
+	if err != nil {
+		return nil, err
+	}
+	if sid == "" {
+		return &call{key: g.nextID("req-")}, nil
+	}
+	l, err := g.sessions.acquire(sid, true, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &call{lease: l, key: sid}, nil
+}
+
+// end gives the call's session back.
+func (c *call) end() {
+	if c.lease != nil {
+		c.lease.release(true, time.Now())
+	}
+}
+
+// run generates the completion and records it in the session.
+func (g *Gateway) run(ctx context.Context, c *call) error {
+	turn := 0
+	if c.lease != nil {
+		if err := c.lease.reserve(c.prompt, c.maxTokens); err != nil {
+			return err
+		}
+		for _, seg := range c.lease.s.segs {
+			turn += len(seg.ranges)
+		}
+	}
+	start := time.Now()
+	reply, err := g.generate(ctx, c.key, turn, c.prompt, c.sampling, c.maxTokens)
+	if err != nil {
+		return err
+	}
+	genNanos := time.Since(start).Nanoseconds()
+	if c.pieces {
+		rep, err := g.detokenize(ctx, c.key, reply.Tokens, true)
+		if err != nil {
+			return err
+		}
+		c.texts = rep.Pieces
+	}
+	c.reply = reply
+	if c.lease != nil {
+		c.record = c.lease.record(c.prompt, reply, c.promptText, genNanos, time.Now())
+		g.calls.Add(1)
+		if c.record.drift != "" {
+			g.drifts.Add(1)
+			g.log.Warn("session prompt does not extend its trace: new segment", "session", c.key,
+				"segment", c.record.segment, "reason", c.record.drift)
+		}
+	}
+	return nil
+}
+
+// setHeaders reports where the call landed in its session.
+func (c *call) setHeaders(w http.ResponseWriter) {
+	if c.lease == nil {
+		return
+	}
+	h := w.Header()
+	h.Set(HeaderSessionID, c.key)
+	h.Set(HeaderSegment, strconv.Itoa(c.record.segment))
+	h.Set(HeaderCall, strconv.Itoa(c.record.call))
+	h.Set(HeaderDrift, strconv.FormatBool(c.record.drift != ""))
+}
+
+// tokenString is a token as logprobs show it.
+func (c *call) tokenString(i int, asIDs bool) string {
+	if asIDs {
+		return tokenIDPrefix + strconv.FormatInt(int64(c.reply.Tokens[i]), 10)
+	}
+	return c.texts[i]
+}
+
+type usage struct {
+	PromptTokens        int  `json:"prompt_tokens"`
+	TotalTokens         int  `json:"total_tokens"`
+	CompletionTokens    int  `json:"completion_tokens"`
+	PromptTokensDetails *any `json:"prompt_tokens_details"`
+}
+
+func (c *call) usage() usage {
+	return usage{PromptTokens: len(c.prompt), CompletionTokens: len(c.reply.Tokens), TotalTokens: len(c.prompt) + len(c.reply.Tokens)}
+}
+
+type chatResponse struct {
+	ID               string       `json:"id"`
+	Object           string       `json:"object"`
+	Created          int64        `json:"created"`
+	Model            string       `json:"model"`
+	Choices          []chatChoice `json:"choices"`
+	Usage            usage        `json:"usage"`
+	PromptLogprobs   *any         `json:"prompt_logprobs"`
+	PromptTokenIDs   []int32      `json:"prompt_token_ids"`
+	KVTransferParams *any         `json:"kv_transfer_params"`
+}
+
+type chatChoice struct {
+	Index        int           `json:"index"`
+	Message      chatOut       `json:"message"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason string        `json:"finish_reason"`
+	TokenIDs     []int32       `json:"token_ids"`
+}
+
+type chatOut struct {
+	Role             string  `json:"role"`
+	Content          string  `json:"content"`
+	ReasoningContent *string `json:"reasoning_content"`
+	ToolCalls        []any   `json:"tool_calls"`
+}
+
+type chatLogprobs struct {
+	Content []chatLogprob `json:"content"`
+}
+
+type chatLogprob struct {
+	Token       string        `json:"token"`
+	Logprob     float32       `json:"logprob"`
+	Bytes       []int         `json:"bytes"`
+	TopLogprobs []chatLogprob `json:"top_logprobs"`
+}
+
+func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
+	body, err := g.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	req, sp, err := decodeChat(body)
+	if err != nil {
+		return err
+	}
+	c, err := g.begin(r, &req.samplingFields)
+	if err != nil {
+		return err
+	}
+	defer c.end()
+	ctx := r.Context()
+	model, err := g.served(ctx, req.Model)
+	if err != nil {
+		return err
+	}
+	c.prompt, err = g.tokenize(ctx, &messages.ChatTokenizeRequest{
+		EpisodeID: c.key, Messages: plainMessages(req.Messages), AddGenerationPrompt: req.addGenerationPrompt(),
+		ContinueFinalMessage: req.ContinueFinalMessage, AddSpecialTokens: req.AddSpecialTokens,
+		ChatTemplateKwargs: templateKwargs(req.ChatTemplateKwargs),
+	}, "")
+	if err != nil {
+		return err
+	}
+	if len(c.prompt) == 0 {
+		return badRequest("the rendered prompt is empty")
+	}
+	requested := req.MaxCompletionTokens
+	if requested == nil {
+		requested = req.MaxTokens
+	}
+	if c.maxTokens, err = maxTokens(requested, len(c.prompt), int(model.MaxModelLen), fallbackMaxTokens, true); err != nil {
+		return err
+	}
+	c.sampling, c.pieces = sp, req.Logprobs
+	c.promptText = req.Messages[len(req.Messages)-1].Content
+	if err := g.run(ctx, c); err != nil {
+		return err
+	}
+	choice := chatChoice{
+		Message:      chatOut{Role: "assistant", Content: c.reply.Text, ToolCalls: []any{}},
+		FinishReason: c.reply.FinishReason,
+	}
+	if req.Logprobs {
+		lp := &chatLogprobs{Content: make([]chatLogprob, len(c.reply.Tokens))}
+		for i := range c.reply.Tokens {
+			lp.Content[i] = chatLogprob{
+				Token: c.tokenString(i, req.ReturnTokensAsTokenIDs), Logprob: c.reply.Logprobs[i],
+				Bytes: textBytes(c.texts[i]), TopLogprobs: []chatLogprob{},
+			}
+		}
+		choice.Logprobs = lp
+	}
+	resp := chatResponse{
+		ID: g.nextID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: model.ID,
+		Choices: []chatChoice{choice}, Usage: c.usage(),
+	}
+	if req.ReturnTokenIDs {
+		resp.Choices[0].TokenIDs = c.reply.Tokens
+		resp.PromptTokenIDs = c.prompt
+	}
+	c.setHeaders(w)
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// textBytes is a token's text as the list of its UTF-8 bytes.
+func textBytes(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
+}
+
+type completionResponse struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   usage              `json:"usage"`
+}
+
+type completionChoice struct {
+	Index          int                 `json:"index"`
+	Text           string              `json:"text"`
+	Logprobs       *completionLogprobs `json:"logprobs"`
+	FinishReason   string              `json:"finish_reason"`
+	TokenIDs       []int32             `json:"token_ids"`
+	PromptLogprobs *any                `json:"prompt_logprobs"`
+	PromptTokenIDs []int32             `json:"prompt_token_ids"`
+}
+
+type completionLogprobs struct {
+	TextOffset    []int                `json:"text_offset"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	Tokens        []string             `json:"tokens"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+}
+
+func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error {
+	body, err := g.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	req, sp, err := decodeCompletion(body)
+	if err != nil {
+		return err
+	}
+	c, err := g.begin(r, &req.samplingFields)
+	if err != nil {
+		return err
+	}
+	defer c.end()
+	ctx := r.Context()
+	model, err := g.served(ctx, req.Model)
+	if err != nil {
+		return err
+	}
+	if req.Prompt.isText {
+		c.promptText = req.Prompt.text
+		c.prompt, err = g.tokenize(ctx, &messages.ChatTokenizeRequest{
+			EpisodeID: c.key, AddSpecialTokens: req.AddSpecialTokens == nil || *req.AddSpecialTokens,
+		}, req.Prompt.text)
+		if err != nil {
+			return err
+		}
+		if len(c.prompt) == 0 {
+			return badRequest("the tokenized prompt is empty")
+		}
+	} else {
+		c.prompt = req.Prompt.ids
+	}
+	if c.maxTokens, err = maxTokens(req.MaxTokens, len(c.prompt), int(model.MaxModelLen), 16, false); err != nil {
+		return err
+	}
+	c.sampling, c.pieces = sp, req.Logprobs != nil
+	if err := g.run(ctx, c); err != nil {
+		return err
+	}
+	choice := completionChoice{Text: c.reply.Text, FinishReason: c.reply.FinishReason}
+	if req.Logprobs != nil {
+		n := len(c.reply.Tokens)
+		lp := &completionLogprobs{
+			TextOffset: make([]int, n), TokenLogprobs: c.reply.Logprobs,
+			Tokens: make([]string, n), TopLogprobs: make([]map[string]float32, n),
+		}
+		offset := 0
+		for i := range n {
+			tok := c.tokenString(i, req.ReturnTokensAsTokenIDs)
+			lp.TextOffset[i] = offset
+			offset += utf8.RuneCountInString(c.texts[i])
+			lp.Tokens[i] = tok
+			lp.TopLogprobs[i] = map[string]float32{tok: c.reply.Logprobs[i]}
+		}
+		choice.Logprobs = lp
+	}
+	if req.ReturnTokenIDs {
+		choice.TokenIDs, choice.PromptTokenIDs = c.reply.Tokens, c.prompt
+	}
+	c.setHeaders(w)
+	writeJSON(w, http.StatusOK, completionResponse{
+		ID: g.nextID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: model.ID,
+		Choices: []completionChoice{choice}, Usage: c.usage(),
+	})
+	return nil
+}
+
+func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := checkSessionID(id); err != nil {
+		return err
+	}
+	s, err := g.sessions.summary(id, time.Now())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s)
+	return nil
+}
+
+// segmentReport describes one published segment in a finish answer.
+type segmentReport struct {
+	EpisodeID    string `json:"episode_id"`
+	Segment      int    `json:"segment"`
+	Turns        int    `json:"turns"`
+	Tokens       int    `json:"tokens"`
+	ActionTokens int    `json:"action_tokens"`
+	FinishReason string `json:"finish_reason"`
+	Truncated    bool   `json:"truncated"`
+	Drift        bool   `json:"drift"`
+	DriftReason  string `json:"drift_reason,omitempty"`
+	// Published is false when the trajectory could not be stored (too large for the
+	// server); a failure record was published for it instead, and Error says why.
+	Published bool   `json:"published"`
+	Error     string `json:"error,omitempty"`
+}
+
+type finishResponse struct {
+	SessionID string          `json:"session_id"`
+	Status    string          `json:"status"`
+	Env       string          `json:"env"`
+	Subject   string          `json:"subject"`
+	Reward    float64         `json:"reward"`
+	Drift     bool            `json:"drift"`
+	Segments  []segmentReport `json:"segments"`
+}
+
+// outcome checks a finish request and fills in the defaults.
+func (g *Gateway) outcome(session string, req *finishRequest) (*outcome, error) {
+	if req.Reward == nil {
+		return nil, badRequest("reward is required")
+	}
+	o := &outcome{
+		reward: *req.Reward, scores: *req.Reward, extraLogs: req.ExtraLogs, info: req.Info,
+		label: req.Label, env: req.Env, groupID: req.GroupID, size: 1,
+	}
+	if req.Scores != nil {
+		o.scores = *req.Scores
+	}
+	if o.env == "" {
+		o.env = g.opts.Env
+	}
+	if o.groupID == "" {
+		o.groupID = session
+	}
+	if req.GroupSize != nil {
+		o.size = *req.GroupSize
+	}
+	if req.SampleIndex != nil {
+		o.index = *req.SampleIndex
+	}
+	switch {
+	case len(o.env) > messages.MaxIDLength:
+		return nil, badRequest("env is %d bytes, longer than %d", len(o.env), messages.MaxIDLength)
+	case len(o.groupID) > messages.MaxIDLength:
+		return nil, badRequest("group_id is %d bytes, longer than %d", len(o.groupID), messages.MaxIDLength)
+	case o.size < 1:
+		return nil, badRequest("group_size must be >= 1, got %d", o.size)
+	case o.index < 0 || o.index >= o.size:
+		return nil, badRequest("sample_index must be in [0, %d), got %d", o.size, o.index)
+	}
+	return o, nil
+}
+
+func (g *Gateway) handleFinish(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := checkSessionID(id); err != nil {
+		return err
+	}
+	body, err := g.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req finishRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	o, err := g.outcome(id, &req)
+	if err != nil {
+		return err
+	}
+	l, err := g.sessions.acquire(id, false, time.Now())
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	trajs := l.trajectories(o, now)
+	for i := range trajs {
+		if err := trajs[i].Validate(); err != nil {
+			l.release(true, now)
+			return fmt.Errorf("gateway: session %q: %w", id, err)
+		}
+	}
+	resp := finishResponse{
+		SessionID: id, Status: "finished", Env: o.env, Subject: g.opts.Subjects.Trajectories(o.env),
+		Reward: o.reward, Segments: make([]segmentReport, len(trajs)),
+	}
+	for k := range trajs {
+		t := &trajs[k]
+		rep := segmentReport{
+			EpisodeID: t.EpisodeID, Segment: k, Turns: int(t.Turns), Tokens: len(t.ObservationTokens),
+			FinishReason: t.FinishReason, Truncated: t.Truncated, DriftReason: t.Info["drift_reason"],
+			Drift: k > 0, Published: true,
+		}
+		for _, rg := range t.ActionRanges {
+			rep.ActionTokens += int(rg.End - rg.Start)
+		}
+		resp.Drift = resp.Drift || rep.Drift
+		err := g.publish(r.Context(), resp.Subject, t, messages.TrajectoryMsgID(t.EpisodeID))
+		if errors.Is(err, bus.ErrTooLarge) {
+			// It can never be stored: record why instead, so the session does not vanish.
+			rep.Published, rep.Error = false, err.Error()
+			err = g.publishFailure(r.Context(), t.EpisodeID, o.env, "session trajectory too large to publish: "+err.Error(), int(t.Turns))
+		}
+		if err != nil {
+			// Nothing is lost: the session stays open, and a retry republishes under the same
+			// ids, which the stream de-duplicates.
+			l.release(true, time.Now())
+			return fmt.Errorf("%w: publishing session %q: %w", ErrUnavailable, id, err)
+		}
+		resp.Segments[k] = rep
+	}
+	l.end(time.Now())
+	g.finished.Add(1)
+	g.trajectoriesPosted.Add(uint64(len(trajs)))
+	g.log.Debug("session finished", "session", id, "segments", len(trajs), "reward", o.reward)
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleDiscard ends a session without a trajectory: a Failure record says that the client
+// discarded it.
+func (g *Gateway) handleDiscard(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := checkSessionID(id); err != nil {
+		return err
+	}
+	l, err := g.sessions.acquire(id, false, time.Now())
+	if err != nil {
+		return err
+	}
+	calls := 0
+	for _, seg := range l.s.segs {
+		calls += len(seg.ranges)
+	}
+	if err := g.publishFailure(r.Context(), id, g.opts.Env, "session discarded by the client", calls); err != nil {
+		l.release(true, time.Now())
+		return fmt.Errorf("%w: publishing session %q: %w", ErrUnavailable, id, err)
+	}
+	l.end(time.Now())
+	g.discarded.Add(1)
+	writeJSON(w, http.StatusOK, struct {
+		SessionID string `json:"session_id"`
+		Status    string `json:"status"`
+		Calls     int    `json:"calls"`
+	}{id, "discarded", calls})
+	return nil
+}

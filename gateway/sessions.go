@@ -1,0 +1,365 @@
+package gateway
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// segment is one unbroken token trace of a session: its first call's prompt, then for each
+// call the prompt tokens beyond the trace (logprob 0) and the completion (one action range).
+type segment struct {
+	tokens   messages.Tokens
+	logprobs messages.Logprobs
+	ranges   messages.Ranges
+	finishes []string // one finish reason per call
+	prompt   string   // the first call's prompt text, for Trajectory.Prompt
+	start    time.Time
+	genNanos int64
+	// driftReason says why the segment began; empty for the first one.
+	driftReason string
+	versions    []int64 // distinct policy versions, in order
+}
+
+// session is one client conversation. The fields under "guarded" belong to the store's mutex;
+// segs belongs to whoever holds the session's lease (busy).
+type session struct {
+	id      string
+	created time.Time
+
+	// guarded by store.mu
+	lastUsed time.Time
+	busy     bool
+	calls    int // calls recorded
+	tokens   int // tokens held over all segments
+	nsegs    int
+
+	segs []*segment
+}
+
+// summary is what GET /v1/sessions/{id} reports.
+type summary struct {
+	SessionID string `json:"session_id"`
+	Calls     int    `json:"calls"`
+	Tokens    int    `json:"tokens"`
+	Segments  int    `json:"segments"`
+	Busy      bool   `json:"busy"`
+	IdleMS    int64  `json:"idle_ms"`
+}
+
+// store holds the open sessions and remembers the ids of recently ended ones.
+type store struct {
+	maxSessions int
+	maxTokens   int
+	finishedTTL time.Duration
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	// ended remembers ended session ids until finishedTTL has passed (oldest first in
+	// endedOrder), so a late call cannot reopen a session whose records are published.
+	ended      map[string]time.Time
+	endedOrder []string
+}
+
+func newStore(maxSessions, maxTokens int, finishedTTL time.Duration) *store {
+	return &store{
+		maxSessions: maxSessions, maxTokens: maxTokens, finishedTTL: finishedTTL,
+		sessions: make(map[string]*session), ended: make(map[string]time.Time),
+	}
+}
+
+// lease is the exclusive right to use a session: its holder alone reads and writes the
+// session's segments until it calls release or end.
+type lease struct {
+	st      *store
+	s       *session
+	created bool // the session was opened for this lease
+}
+
+// acquire leases the session id, opening it when create is set and it does not exist.
+func (st *store) acquire(id string, create bool, now time.Time) (*lease, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, ok := st.ended[id]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrSessionFinished, id)
+	}
+	s, ok := st.sessions[id]
+	switch {
+	case ok && s.busy:
+		return nil, fmt.Errorf("%w: %q", ErrSessionBusy, id)
+	case ok:
+		s.busy = true
+		return &lease{st: st, s: s}, nil
+	case !create:
+		return nil, fmt.Errorf("%w: %q", ErrSessionNotFound, id)
+	case len(st.sessions) >= st.maxSessions:
+		return nil, fmt.Errorf("%w: %d open (close some with finish or DELETE)", ErrTooManySessions, len(st.sessions))
+	}
+	s = &session{id: id, created: now, lastUsed: now, busy: true}
+	st.sessions[id] = s
+	return &lease{st: st, s: s, created: true}, nil
+}
+
+// release gives the session back; with touch it counts as used now. A session opened for
+// this lease that recorded nothing is closed again, so a failed first call leaves nothing.
+func (l *lease) release(touch bool, now time.Time) {
+	st, s := l.st, l.s
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s.busy = false
+	if touch {
+		s.lastUsed = now
+	}
+	s.nsegs = len(s.segs)
+	s.calls, s.tokens = 0, 0
+	for _, seg := range s.segs {
+		s.calls += len(seg.ranges)
+		s.tokens += len(seg.tokens)
+	}
+	if l.created && s.calls == 0 && st.sessions[s.id] == s {
+		delete(st.sessions, s.id)
+	}
+}
+
+// end closes the session for good and remembers its id.
+func (l *lease) end(now time.Time) {
+	st := l.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.sessions[l.s.id] == l.s {
+		delete(st.sessions, l.s.id)
+	}
+	if _, ok := st.ended[l.s.id]; !ok {
+		st.endedOrder = append(st.endedOrder, l.s.id)
+	}
+	st.ended[l.s.id] = now
+	st.pruneLocked(now)
+}
+
+// pruneLocked forgets ended ids older than finishedTTL, and the oldest beyond a bound.
+func (st *store) pruneLocked(now time.Time) {
+	limit := 4 * st.maxSessions
+	drop := 0
+	for drop < len(st.endedOrder) {
+		id := st.endedOrder[drop]
+		if t := st.ended[id]; now.Sub(t) < st.finishedTTL && len(st.endedOrder)-drop <= limit {
+			break
+		}
+		delete(st.ended, id)
+		drop++
+	}
+	if drop > 0 {
+		st.endedOrder = slices.Delete(st.endedOrder, 0, drop)
+	}
+}
+
+// idle leases every session not in use and unused since before cutoff.
+func (st *store) idle(cutoff, now time.Time) []*lease {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.pruneLocked(now)
+	var out []*lease
+	for _, s := range st.sessions {
+		if !s.busy && s.lastUsed.Before(cutoff) {
+			s.busy = true
+			out = append(out, &lease{st: st, s: s})
+		}
+	}
+	return out
+}
+
+// summary reports a session's state.
+func (st *store) summary(id string, now time.Time) (summary, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s, ok := st.sessions[id]
+	if !ok {
+		if _, ended := st.ended[id]; ended {
+			return summary{}, fmt.Errorf("%w: %q", ErrSessionFinished, id)
+		}
+		return summary{}, fmt.Errorf("%w: %q", ErrSessionNotFound, id)
+	}
+	return summary{
+		SessionID: id, Calls: s.calls, Tokens: s.tokens, Segments: s.nsegs, Busy: s.busy,
+		IdleMS: now.Sub(s.lastUsed).Milliseconds(),
+	}, nil
+}
+
+// open reports the number of open sessions.
+func (st *store) open() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.sessions)
+}
+
+// extends reports whether prompt starts with the trace.
+func extends(prompt, trace []int32) bool {
+	return len(prompt) >= len(trace) && slices.Equal(prompt[:len(trace)], trace)
+}
+
+// divergence describes where prompt leaves the trace.
+func divergence(prompt, trace []int32) string {
+	n := min(len(prompt), len(trace))
+	i := 0
+	for i < n && prompt[i] == trace[i] {
+		i++
+	}
+	if i == n {
+		return fmt.Sprintf("prompt of %d tokens is shorter than the session's %d-token trace it repeats", len(prompt), len(trace))
+	}
+	return fmt.Sprintf("prompt differs from the session's %d-token trace at token %d (prompt has %d tokens)", len(trace), i, len(prompt))
+}
+
+// tokensHeld is the number of tokens the session holds over all its segments.
+func (l *lease) tokensHeld() int {
+	n := 0
+	for _, seg := range l.s.segs {
+		n += len(seg.tokens)
+	}
+	return n
+}
+
+// current is the segment the next call extends, or nil.
+func (l *lease) current() *segment {
+	if n := len(l.s.segs); n > 0 {
+		return l.s.segs[n-1]
+	}
+	return nil
+}
+
+// reserve checks that a call with this prompt and up to maxTokens completion tokens keeps the
+// session within maxTokens tokens.
+func (l *lease) reserve(prompt []int32, maxTokens int32) error {
+	added := len(prompt)
+	if cur := l.current(); cur != nil && extends(prompt, cur.tokens) {
+		added -= len(cur.tokens)
+	}
+	if held := l.tokensHeld(); held+added+int(maxTokens) > l.st.maxTokens {
+		return fmt.Errorf("%w: the session holds %d tokens, this call adds %d prompt tokens and up to %d completion tokens, the limit is %d",
+			ErrSessionTooLong, held, added, maxTokens, l.st.maxTokens)
+	}
+	return nil
+}
+
+// recorded is where a call landed in its session.
+type recorded struct {
+	segment int    // segment index
+	call    int    // the call's index in the session
+	drift   string // non-empty when the call began a new segment after the first
+}
+
+// record appends one model call to the session: prompt ids beyond the trace as non-action
+// tokens, then the completion as one action range. A prompt that does not extend the trace
+// begins a new segment.
+func (l *lease) record(prompt []int32, reply *messages.GenerateReply, promptText string, genNanos int64, now time.Time) recorded {
+	s := l.s
+	calls := 0
+	for _, seg := range s.segs {
+		calls += len(seg.ranges)
+	}
+	rec := recorded{call: calls}
+	seg := l.current()
+	switch {
+	case seg == nil:
+		seg = &segment{prompt: promptText, start: now}
+		s.segs = append(s.segs, seg)
+	case !extends(prompt, seg.tokens):
+		rec.drift = divergence(prompt, seg.tokens)
+		seg = &segment{prompt: promptText, start: now, driftReason: rec.drift}
+		s.segs = append(s.segs, seg)
+	}
+	rec.segment = len(s.segs) - 1
+	seg.tokens = append(seg.tokens, prompt[len(seg.tokens):]...)
+	seg.logprobs = append(seg.logprobs, make(messages.Logprobs, len(seg.tokens)-len(seg.logprobs))...)
+	start := len(seg.tokens)
+	seg.tokens = append(seg.tokens, reply.Tokens...)
+	seg.logprobs = append(seg.logprobs, reply.Logprobs...)
+	seg.ranges = append(seg.ranges, messages.Range{Start: int32(start), End: int32(len(seg.tokens))})
+	seg.finishes = append(seg.finishes, reply.FinishReason)
+	seg.genNanos += genNanos
+	if v := reply.PolicyVersion; v != 0 && (len(seg.versions) == 0 || seg.versions[len(seg.versions)-1] != v) {
+		seg.versions = append(seg.versions, v)
+	}
+	return rec
+}
+
+// segmentEpisodeID is the episode id of segment k of a session: the session id for the first,
+// "<session>/seg<k>" for the others.
+func segmentEpisodeID(session string, k int) string {
+	if k == 0 {
+		return session
+	}
+	return session + "/seg" + strconv.Itoa(k)
+}
+
+// outcome is a finish request resolved against the gateway's defaults.
+type outcome struct {
+	reward, scores float64
+	extraLogs      map[string]float64
+	info           map[string]string
+	label, env     string
+	groupID        string
+	index, size    int32
+}
+
+// trajectories turns the session's segments into one trajectory each. Every segment carries
+// the session's reward on its last call; the other calls' step rewards are 0.
+func (l *lease) trajectories(o *outcome, now time.Time) []messages.Trajectory {
+	s := l.s
+	out := make([]messages.Trajectory, len(s.segs))
+	for k, seg := range s.segs {
+		turns := len(seg.ranges)
+		steps := make([]float64, turns)
+		steps[turns-1] = o.reward
+		last := seg.finishes[turns-1]
+		logs := make(map[string]float64, len(o.extraLogs)+4)
+		for key, v := range o.extraLogs {
+			logs[key] = v
+		}
+		logs["turn_count"] = float64(turns)
+		logs["segment_index"] = float64(k)
+		logs["segment_count"] = float64(len(s.segs))
+		logs["drift"] = 0
+		if seg.driftReason != "" {
+			logs["drift"] = 1
+		}
+		info := make(map[string]string, len(o.info)+2)
+		for key, v := range o.info {
+			info[key] = v
+		}
+		info["session_id"] = s.id
+		if seg.driftReason != "" {
+			info["drift_reason"] = seg.driftReason
+		}
+		out[k] = messages.Trajectory{
+			V:                 messages.Version,
+			EpisodeID:         segmentEpisodeID(s.id, k),
+			GroupID:           o.groupID,
+			SampleIndex:       o.index,
+			GroupSize:         o.size,
+			Env:               o.env,
+			Prompt:            seg.prompt,
+			Label:             o.label,
+			ObservationTokens: seg.tokens,
+			ActionRanges:      seg.ranges,
+			RolloutLogProbs:   seg.logprobs,
+			Reward:            o.reward,
+			Scores:            o.scores,
+			ExtraLogs:         logs,
+			Truncated:         last == "length",
+			Turns:             int32(turns),
+			StepRewards:       steps,
+			FinishReason:      last,
+			PolicyVersions:    seg.versions,
+			SubmitTime:        seg.start.UnixNano(),
+			DoneTime:          now.UnixNano(),
+			GenerateNanos:     seg.genNanos,
+			Info:              info,
+		}
+	}
+	return out
+}

@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+func rg(start, end int32) messages.Range { return messages.Range{Start: start, End: end} }
+
+func reply(finish string, tokens ...int32) *messages.GenerateReply {
+	lp := make(messages.Logprobs, len(tokens))
+	for i := range lp {
+		lp[i] = -0.25 * float32(i+1)
+	}
+	return &messages.GenerateReply{V: messages.Version, Tokens: tokens, Logprobs: lp, FinishReason: finish}
+}
+
+// TestTraceSegments records calls that extend the trace, one that does not, and checks the
+// trajectories built from them.
+func TestTraceSegments(t *testing.T) {
+	st := newStore(4, 1000, time.Minute)
+	now := time.Unix(1000, 0)
+	l, err := st.acquire("s", true, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := []struct {
+		prompt []int32
+		reply  *messages.GenerateReply
+		seg    int
+		drift  bool
+	}{
+		{[]int32{1, 2, 3}, reply("stop", 10, 11), 0, false},
+		{[]int32{1, 2, 3, 10, 11, 4, 5}, reply("length", 12), 0, false},
+		{[]int32{1, 2, 3, 10, 11, 4, 5, 12}, reply("stop", 13), 0, false}, // nothing between the calls
+		{[]int32{1, 2, 9}, reply("stop", 14, 15, 16), 1, true},            // edited history
+		{[]int32{1, 2, 9, 14}, reply("length", 17), 2, true},              // shorter than the trace
+	}
+	for i, c := range calls {
+		if err := l.reserve(c.prompt, 8); err != nil {
+			t.Fatal(err)
+		}
+		rec := l.record(c.prompt, c.reply, "p", 5, now)
+		if rec.segment != c.seg || (rec.drift != "") != c.drift || rec.call != i {
+			t.Errorf("call %d: %+v, want segment %d drift %v", i, rec, c.seg, c.drift)
+		}
+	}
+	trajs := l.trajectories(&outcome{reward: 2, scores: 2, env: "e", groupID: "s", size: 1}, now)
+	if len(trajs) != 3 {
+		t.Fatalf("%d trajectories", len(trajs))
+	}
+	want := []struct {
+		id     string
+		tokens []int32
+		ranges messages.Ranges
+		finish string
+	}{
+		{"s", []int32{1, 2, 3, 10, 11, 4, 5, 12, 13}, messages.Ranges{rg(3, 5), rg(7, 8), rg(8, 9)}, "stop"},
+		{"s/seg1", []int32{1, 2, 9, 14, 15, 16}, messages.Ranges{rg(3, 6)}, "stop"},
+		{"s/seg2", []int32{1, 2, 9, 14, 17}, messages.Ranges{rg(4, 5)}, "length"},
+	}
+	for k, tr := range trajs {
+		if err := tr.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		w := want[k]
+		if tr.EpisodeID != w.id || !slices.Equal([]int32(tr.ObservationTokens), w.tokens) || !slices.Equal(tr.ActionRanges, w.ranges) ||
+			tr.FinishReason != w.finish || tr.Truncated != (w.finish == "length") || tr.Turns != int32(len(w.ranges)) {
+			t.Errorf("segment %d: %+v", k, tr)
+		}
+		if tr.StepRewards[len(tr.StepRewards)-1] != 2 || tr.Reward != 2 {
+			t.Errorf("segment %d: step rewards %v", k, tr.StepRewards)
+		}
+		if (tr.ExtraLogs["drift"] == 1) != (k > 0) || tr.ExtraLogs["segment_index"] != float64(k) || tr.ExtraLogs["segment_count"] != 3 {
+			t.Errorf("segment %d: extra_logs %v", k, tr.ExtraLogs)
+		}
+	}
+	// Logprobs: 0 outside the actions, each action's own inside.
+	if got := trajs[0].RolloutLogProbs; !slices.Equal(got, messages.Logprobs{0, 0, 0, -0.25, -0.5, 0, 0, -0.25, -0.25}) {
+		t.Errorf("logprobs %v", got)
+	}
+	if !strings.Contains(trajs[2].Info["drift_reason"], "shorter") || !strings.Contains(trajs[1].Info["drift_reason"], "at token 2") {
+		t.Errorf("drift reasons %q, %q", trajs[1].Info["drift_reason"], trajs[2].Info["drift_reason"])
+	}
+	l.release(true, now)
+	if s, err := st.summary("s", now); err != nil || s.Calls != 5 || s.Segments != 3 || s.Tokens != 9+6+5 {
+		t.Errorf("summary %+v, %v", s, err)
+	}
+}
+
+func TestStoreLifecycle(t *testing.T) {
+	st := newStore(2, 10, time.Minute)
+	now := time.Unix(1000, 0)
+	if _, err := st.acquire("x", false, now); !errors.Is(err, ErrSessionNotFound) {
+		t.Errorf("unknown session: %v", err)
+	}
+	a, err := st.acquire("a", true, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.acquire("a", true, now); !errors.Is(err, ErrSessionBusy) {
+		t.Errorf("busy session: %v", err)
+	}
+	// A first call that records nothing leaves no session.
+	a.release(true, now)
+	if st.open() != 0 {
+		t.Fatalf("%d sessions open after an empty first call", st.open())
+	}
+	a, _ = st.acquire("a", true, now)
+	a.record([]int32{1}, reply("stop", 2), "", 0, now)
+	if err := a.reserve([]int32{1, 2, 3}, 8); !errors.Is(err, ErrSessionTooLong) {
+		t.Errorf("over the token bound: %v", err)
+	}
+	a.release(true, now)
+	b, _ := st.acquire("b", true, now)
+	b.record([]int32{1}, reply("stop", 2), "", 0, now)
+	b.release(true, now.Add(time.Hour))
+	if _, err := st.acquire("c", true, now); !errors.Is(err, ErrTooManySessions) {
+		t.Errorf("third session: %v", err)
+	}
+	// Only a is idle long enough.
+	idle := st.idle(now.Add(time.Minute), now.Add(time.Minute))
+	if len(idle) != 1 || idle[0].s.id != "a" {
+		t.Fatalf("idle %v", idle)
+	}
+	if _, err := st.acquire("a", false, now); !errors.Is(err, ErrSessionBusy) {
+		t.Errorf("session being expired: %v", err)
+	}
+	idle[0].end(now)
+	if _, err := st.acquire("a", true, now); !errors.Is(err, ErrSessionFinished) {
+		t.Errorf("ended session: %v", err)
+	}
+	if _, err := st.summary("a", now); !errors.Is(err, ErrSessionFinished) {
+		t.Errorf("ended session summary: %v", err)
+	}
+	// The ended id is forgotten after finishedTTL.
+	later := now.Add(2 * time.Minute)
+	st.idle(later.Add(-time.Hour), later)
+	if _, err := st.acquire("a", true, later); err != nil {
+		t.Errorf("after finishedTTL: %v", err)
+	}
+}
+
+func TestEndedIDsBounded(t *testing.T) {
+	st := newStore(1, 10, time.Hour)
+	now := time.Unix(1000, 0)
+	for i := range 10 {
+		l, err := st.acquire(string(rune('a'+i)), true, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.end(now)
+	}
+	if len(st.ended) != 4 || len(st.endedOrder) != 4 {
+		t.Errorf("%d ended ids remembered, want the bound 4", len(st.ended))
+	}
+	if _, err := st.acquire("a", true, now); err != nil {
+		t.Errorf("the oldest ended id is still refused: %v", err)
+	}
+}
+
+func TestCheckSessionID(t *testing.T) {
+	for _, ok := range []string{"a", "agent-1", "ünï", strings.Repeat("x", 256), "a.b:c"} {
+		if err := checkSessionID(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a/b", "a b", "a\nb", strings.Repeat("x", 257), "\x7f"} {
+		if err := checkSessionID(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestMaxTokens(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	for _, tc := range []struct {
+		requested         *int64
+		prompt, window    int
+		fallback          int64
+		fill              bool
+		want              int32
+		wantErrSubstrings string
+	}{
+		{nil, 10, 100, 16, false, 16, ""},
+		{nil, 10, 100, 16, true, 90, ""},
+		{nil, 10, 0, 4096, true, 4096, ""},
+		{n(90), 10, 100, 16, false, 90, ""},
+		{n(91), 10, 100, 16, false, 0, "maximum context length is 100"},
+		{nil, 100, 100, 16, true, 0, "100 input tokens"},
+		{n(0), 10, 100, 16, false, 0, "at least 1"},
+		{n(1 << 40), 10, 0, 16, false, 1<<31 - 1, ""},
+	} {
+		got, err := maxTokens(tc.requested, tc.prompt, tc.window, tc.fallback, tc.fill)
+		if tc.wantErrSubstrings != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErrSubstrings) {
+				t.Errorf("%+v: %v, want an error with %q", tc, err, tc.wantErrSubstrings)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%+v: %d, %v; want %d", tc, got, err, tc.want)
+		}
+	}
+}
