@@ -39,6 +39,7 @@ var passwords = map[string]string{
 	"llmworker": "llmworker-CHANGE-ME",
 	"collector": "collector-CHANGE-ME",
 	"trainer":   "trainer-CHANGE-ME",
+	"gateway":   "gateway-CHANGE-ME",
 }
 
 // startAuthServer starts a server from the example configuration, on a free
@@ -408,6 +409,23 @@ func TestAuthConfRoles(t *testing.T) {
 		t.Fatalf("trainer: delete its consumer: %v", err)
 	}
 
+	// Gateway: forwards calls to the LLM workers and records sessions.
+	gwNC, gw, gwLog := connectAs(t, url, "gateway")
+	if err := bus.EnsureStreams(ctx, gw, subj, bus.StreamOptions{}); err != nil {
+		t.Fatalf("gateway: ensure streams: %v", err)
+	}
+	conns["gateway"], logs["gateway"] = gwNC, gwLog
+	for _, s := range []string{subj.Generate(), subj.Tokenize(), subj.TokenizeChat(), subj.Detokenize(), subj.ModelInfo()} {
+		if _, err := gwNC.RequestWithContext(ctx, s, []byte("request")); err != nil {
+			t.Fatalf("gateway: request %s: %v", s, err)
+		}
+	}
+	for _, s := range []string{subj.Trajectories("chat"), subj.Failures(messages.FailureEpisode)} {
+		if err := bus.Publish(ctx, gw, s, []byte("session"), "s1"); err != nil {
+			t.Fatalf("gateway: publish %s: %v", s, err)
+		}
+	}
+
 	for role, nc := range conns {
 		if err := nc.Flush(); err != nil {
 			t.Errorf("%s: %v", role, err)
@@ -461,6 +479,9 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		{"trainer", subj.Groups("game:GuessTheNumber-v0")},
 		{"trainer", subj.Failures(messages.FailureEpisode)},
 		{"trainer", subj.Generate()},
+		{"gateway", subj.Steps("e1")},
+		{"gateway", subj.Episodes("game:GuessTheNumber-v0")},
+		{"gateway", subj.Groups("chat")},
 	} {
 		t.Run(tc.role+" publishes "+tc.subject, func(t *testing.T) {
 			nc, _, _ := connectAs(t, url, tc.role)

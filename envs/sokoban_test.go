@@ -348,7 +348,7 @@ func TestSokobanParsing(t *testing.T) {
 		{"longer word", `\boxed{upward}`, ""},
 		{"fullwidth letters", `\boxed{ｕｐ}`, ""},
 		{"dotted capital I elsewhere", `\boxed{İeft}`, ""},
-		{"Kelvin-free word", `\boxed{lEfT}`, "left"},
+		{"alternating case", `\boxed{lEfT}`, "left"},
 		{"empty box", `\boxed{}`, ""},
 		{"unclosed", `\boxed{up`, ""},
 		{"bare word", `up`, ""},

@@ -206,7 +206,12 @@ type StepEvent struct {
 	// Info carries the env's text results of this step (a verifier's extracted_answer, say).
 	Info map[string]string `msgpack:"in,omitempty"`
 	// Success is the env's verdict that the episode was won (set on the final step).
-	Success       bool   `msgpack:"ok,omitempty"`
+	Success bool `msgpack:"ok,omitempty"`
+	// Resumed counts how often the episode moved to another worker and went
+	// on from its last completed turn. A resumed attempt republishes the
+	// steps it continues under its own attempt number, so that each attempt
+	// is complete on its own.
+	Resumed       int32  `msgpack:"rs,omitempty"`
 	EnvState      []byte `msgpack:"st,omitempty"` // JSON snapshot of the env after this step
 	Endpoint      string `msgpack:"ep,omitempty"`
 	PolicyVersion int64  `msgpack:"pv,omitempty"`

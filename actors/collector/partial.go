@@ -27,6 +27,7 @@ type partial struct {
 	samples     []messages.Sample // single-turn styles: one per turn
 	success     bool
 	info        map[string]string
+	resumed     int32
 
 	outcome *outcome
 }
@@ -63,7 +64,7 @@ func (p *partial) apply(ev *messages.StepEvent) {
 			p.tokens = append(p.tokens, ev.FeedbackTokens...)
 			p.logprobs = append(p.logprobs, make([]float32, len(ev.FeedbackTokens))...)
 		}
-		p.success, p.info = ev.Success, ev.Info
+		p.success, p.info, p.resumed = ev.Success, ev.Info, ev.Resumed
 		p.stepRewards = append(p.stepRewards, ev.Reward)
 		p.score, p.extra = ev.Score, ev.ExtraLogs
 		p.genNanos += ev.GenerateNanos
@@ -111,7 +112,7 @@ func (p *partial) build(id string) *outcome {
 		Turns: int32(len(p.stepRewards)), StepRewards: p.stepRewards, FinishReason: p.finish,
 		PolicyVersions: p.versions, SubmitTime: req.SubmitTime, DoneTime: time.Now().UnixNano(),
 		GenerateNanos: p.genNanos,
-		ObsStyle:      style, Samples: p.samples, Success: p.success, Info: p.info, TaskIndex: req.TaskIndex,
+		ObsStyle:      style, Samples: p.samples, Success: p.success, Info: p.info, TaskIndex: req.TaskIndex, Resumed: p.resumed,
 	}
 	if t.ExtraLogs == nil {
 		t.ExtraLogs = map[string]float64{}

@@ -27,6 +27,11 @@ const (
 	FinishContextLength = "context_length" // the model server refused the prompt as too long
 )
 
+// errDecided reports a redelivered episode whose earlier run already
+// published its terminal step: the collector has its outcome, there is
+// nothing left to play.
+var errDecided = errors.New("episode already decided")
+
 // errEpisode marks a reason the episode itself cannot continue (as opposed to
 // an infrastructure failure of this worker, which leaves the episode for
 // redelivery).
@@ -61,6 +66,13 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 	w.live.Store(ep, msg)
 	defer w.live.Delete(ep)
 	err = ep.runSafely(ctx)
+	if errors.Is(err, errDecided) {
+		w.finished.Add(1)
+		if err := msg.DoubleAck(ctx); err != nil {
+			w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
+		}
+		return
+	}
 	lastTry := ep.attempt >= int32(w.opts.MaxDeliver)
 	if err != nil && !errors.Is(err, errEpisode) && lastTry {
 		// JetStream will not deliver it again: record the outcome now, or
@@ -101,9 +113,12 @@ type episode struct {
 	req *messages.EpisodeRequest
 	msg jetstream.Msg
 
-	// attempt is the delivery count: a redelivered episode starts over, and
-	// its steps carry the attempt so they never mix with an earlier run's.
+	// attempt is the delivery count: a redelivered episode resumes (or
+	// starts over), and its steps carry the attempt so they never mix with
+	// an earlier run's.
 	attempt int32
+	// resumed counts the moves of this episode between workers.
+	resumed int32
 
 	game   game
 	spec   envs.Spec
@@ -139,10 +154,30 @@ func (e *episode) run(ctx context.Context) error {
 	if err != nil {
 		return e.fail("%v", err)
 	}
-	if messages.SingleTurnStyle(req.ObsStyle) {
-		if req.Prompt != "" && !spec.Task {
-			obs = req.Prompt
+	single := messages.SingleTurnStyle(req.ObsStyle)
+	if single && req.Prompt != "" && !spec.Task {
+		obs = req.Prompt
+	}
+	if e.attempt > 1 {
+		// Delivered again: an earlier worker may have played some turns.
+		prior, err := e.w.loadPriorRun(ctx, req.EpisodeID)
+		if err != nil {
+			return err
 		}
+		if prior != nil && prior.decided {
+			return errDecided
+		}
+		if prior != nil {
+			resumed, err := e.resume(ctx, prior, obs)
+			if err != nil {
+				return err
+			}
+			if resumed {
+				return e.loop(ctx)
+			}
+		}
+	}
+	if single {
 		e.history, e.suffix = []string{obs}, info["suffix"]
 	} else {
 		if e.spec.ChatSuffix == "" {
@@ -154,6 +189,11 @@ func (e *episode) run(ctx context.Context) error {
 			return err
 		}
 	}
+	return e.loop(ctx)
+}
+
+// loop plays turns until the episode is done.
+func (e *episode) loop(ctx context.Context) error {
 	for {
 		ev, err := e.turnOnce(ctx)
 		if err != nil {
@@ -268,7 +308,7 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		s := *sp.Seed + int64(e.turn)
 		sp.Seed = &s
 	}
-	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn, Attempt: e.attempt}
+	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Resumed: e.resumed}
 	if e.turn == 0 {
 		ev.Episode = req
 	}
@@ -391,7 +431,7 @@ func stepInfo(info envs.Info) map[string]string {
 func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	ev := &messages.StepEvent{
 		V: messages.Version, EpisodeID: e.req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Episode: e.req,
-		Done: true, Error: cause.Error(),
+		Done: true, Error: cause.Error(), Resumed: e.resumed,
 	}
 	return e.publishStep(ctx, ev)
 }

@@ -91,8 +91,8 @@ func (o *Options) setDefaults() {
 
 // Stats are a worker's counters.
 type Stats struct {
-	Started, Finished, Failed, Malformed, Turns uint64
-	InFlight                                    int64
+	Started, Finished, Failed, Malformed, Turns, Resumed uint64
+	InFlight                                             int64
 }
 
 // Worker runs episodes. Create it with New and run it with Run.
@@ -102,8 +102,8 @@ type Worker struct {
 	opts Options
 	log  *slog.Logger
 
-	started, finished, failed, malformed, turns atomic.Uint64
-	inFlight                                    atomic.Int64
+	started, finished, failed, malformed, turns, resumes atomic.Uint64
+	inFlight                                             atomic.Int64
 
 	// live maps each running *episode to its message, for keepAlive.
 	live sync.Map
@@ -130,7 +130,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts Options) (*Worker, error) {
 func (w *Worker) Stats() Stats {
 	return Stats{
 		Started: w.started.Load(), Finished: w.finished.Load(), Failed: w.failed.Load(),
-		Malformed: w.malformed.Load(), Turns: w.turns.Load(), InFlight: w.inFlight.Load(),
+		Malformed: w.malformed.Load(), Turns: w.turns.Load(), Resumed: w.resumes.Load(), InFlight: w.inFlight.Load(),
 	}
 }
 

@@ -58,7 +58,7 @@ func newFixtureWith(t *testing.T, model toyllm.Options, opts Options) *fixture {
 	for _, run := range []func(context.Context) error{lw.Run, ew.Run} {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			if err := run(ctx); err != nil {
+			if err := run(ctx); err != nil && ctx.Err() == nil {
 				t.Errorf("actor: %v", err)
 			}
 		}()

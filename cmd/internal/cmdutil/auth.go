@@ -15,11 +15,11 @@ type NATSAuth struct {
 	NATSUser     string `name:"nats-user" env:"RF_NATS_USER" group:"NATS security" help:"NATS user name (with --nats-password)."`
 	NATSPassword string `name:"nats-password" env:"RF_NATS_PASSWORD" group:"NATS security" help:"NATS password (prefer the environment variable)."`
 	NATSToken    string `name:"nats-token" env:"RF_NATS_TOKEN" group:"NATS security" help:"NATS authentication token (prefer the environment variable)."`
-	NATSNKey     string `name:"nats-nkey" env:"RF_NATS_NKEY" type:"path" group:"NATS security" help:"File holding an nkey user seed (SU...)."`
-	NATSCreds    string `name:"nats-creds" env:"RF_NATS_CREDS" type:"path" group:"NATS security" help:"NATS credentials file (user JWT and seed) for a server in operator mode."`
-	TLSCA        string `name:"tls-ca" env:"RF_TLS_CA" type:"path" group:"NATS security" help:"PEM file of the CA(s) that verify the NATS server (default: the system's)."`
-	TLSCert      string `name:"tls-cert" env:"RF_TLS_CERT" type:"path" group:"NATS security" help:"PEM client certificate for mutual TLS (with --tls-key)."`
-	TLSKey       string `name:"tls-key" env:"RF_TLS_KEY" type:"path" group:"NATS security" help:"PEM key of --tls-cert."`
+	NATSNKey     string `name:"nats-nkey" env:"RF_NATS_NKEY" type:"path" placeholder:"FILE" group:"NATS security" help:"File holding an nkey user seed (SU...)."`
+	NATSCreds    string `name:"nats-creds" env:"RF_NATS_CREDS" type:"path" placeholder:"FILE" group:"NATS security" help:"NATS credentials file (user JWT and seed) for a server in operator mode."`
+	TLSCA        string `name:"tls-ca" env:"RF_TLS_CA" type:"path" placeholder:"FILE" group:"NATS security" help:"PEM file of the CA(s) that verify the NATS server (default: the system's)."`
+	TLSCert      string `name:"tls-cert" env:"RF_TLS_CERT" type:"path" placeholder:"FILE" group:"NATS security" help:"PEM client certificate for mutual TLS (with --tls-key)."`
+	TLSKey       string `name:"tls-key" env:"RF_TLS_KEY" type:"path" placeholder:"FILE" group:"NATS security" help:"PEM key of --tls-cert."`
 	TLSInsecure  bool   `name:"tls-insecure" env:"RF_TLS_INSECURE" group:"NATS security" help:"Do not verify the NATS server's certificate (tests only)."`
 }
 

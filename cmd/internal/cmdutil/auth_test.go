@@ -38,6 +38,7 @@ var passwords = map[string]string{
 	"llmworker": "llmworker-CHANGE-ME",
 	"collector": "collector-CHANGE-ME",
 	"trainer":   "trainer-CHANGE-ME",
+	"gateway":   "gateway-CHANGE-ME",
 }
 
 func startServer(t *testing.T, opts bus.ServerOptions) *server.Server {

@@ -1,0 +1,117 @@
+package env
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// priorRun is what an earlier delivery of an episode left in the steps
+// stream: its latest attempt's steps from turn 0, without gaps.
+type priorRun struct {
+	steps   []*messages.StepEvent
+	decided bool // the run published its terminal step: the outcome is the collector's
+}
+
+// loadPriorRun reads the episode's stored steps and keeps the longest
+// contiguous run of its latest attempt that has a turn 0. A step that
+// cannot be decoded ends the run there.
+func (w *Worker) loadPriorRun(ctx context.Context, id string) (*priorRun, error) {
+	st, err := w.js.Stream(ctx, w.opts.Subjects.StreamSteps())
+	if err != nil {
+		return nil, fmt.Errorf("steps stream: %w", err)
+	}
+	subject := w.opts.Subjects.Steps(id)
+	byAttempt := map[int32]map[int32]*messages.StepEvent{}
+	for seq := uint64(1); ; {
+		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read steps of %s: %w", id, err)
+		}
+		seq = raw.Sequence + 1
+		ev, err := messages.Decode[messages.StepEvent](raw.Data)
+		if err != nil {
+			continue
+		}
+		if byAttempt[ev.Attempt] == nil {
+			byAttempt[ev.Attempt] = map[int32]*messages.StepEvent{}
+		}
+		byAttempt[ev.Attempt][ev.Turn] = ev
+	}
+	var best *priorRun
+	var bestAttempt int32
+	for attempt, turns := range byAttempt {
+		if turns[0] == nil || turns[0].Episode == nil || (best != nil && attempt < bestAttempt) {
+			continue
+		}
+		run := &priorRun{}
+		for t := int32(0); turns[t] != nil; t++ {
+			run.steps = append(run.steps, turns[t])
+			if turns[t].Done {
+				run.decided = true
+				break
+			}
+		}
+		best, bestAttempt = run, attempt
+	}
+	return best, nil
+}
+
+// resume continues the episode from an earlier run's last completed turn:
+// the game is restored from that step's snapshot, the token history rebuilt
+// from the stored steps, and those steps republished under this attempt so
+// that the collector assembles this attempt alone. It reports false when
+// the earlier run cannot be continued (the game has no snapshot, or it does
+// not restore); the episode then starts over.
+func (e *episode) resume(ctx context.Context, prior *priorRun, obs0 string) (bool, error) {
+	last := prior.steps[len(prior.steps)-1]
+	if len(last.EnvState) == 0 || last.Error != "" || last.IsEndMarker() {
+		return false, nil
+	}
+	lg, ok := e.game.(*localGame)
+	if !ok {
+		return false, nil
+	}
+	if err := lg.env.Restore(last.EnvState); err != nil {
+		e.w.log.Warn("cannot resume; starting over", "episode", e.req.EpisodeID, "err", err)
+		return false, nil
+	}
+	e.resumed = last.Resumed + 1
+	single := messages.SingleTurnStyle(e.req.ObsStyle)
+	e.tokens = e.tokens[:0]
+	if single {
+		e.history = []string{obs0}
+	}
+	for _, ev := range prior.steps {
+		if single {
+			e.history = append(e.history, ev.FeedbackText)
+		} else {
+			if ev.Turn == 0 {
+				e.tokens = append(e.tokens, ev.PromptTokens...)
+			}
+			e.tokens = append(e.tokens, ev.ActionTokens...)
+			e.tokens = append(e.tokens, ev.FeedbackTokens...)
+		}
+	}
+	if single {
+		e.suffix = lg.env.Info()["suffix"]
+	}
+	for _, ev := range prior.steps {
+		cp := *ev
+		cp.Attempt, cp.Resumed = e.attempt, e.resumed
+		if err := e.publishStep(ctx, &cp); err != nil {
+			return false, err
+		}
+	}
+	e.turn = last.Turn + 1
+	e.w.resumes.Add(1)
+	e.w.log.Info("episode resumed", "episode", e.req.EpisodeID, "attempt", e.attempt, "turn", e.turn)
+	return true, nil
+}

@@ -1,0 +1,259 @@
+package env
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/actors/collector"
+	"github.com/rollfleet/rollfleet/actors/llm"
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
+	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// TestResumeOnAnotherWorker kills an env worker in the middle of its
+// episodes (its connection closes: no more heartbeats, acks or publishes)
+// and starts another: every episode ends as exactly one trajectory, the
+// interrupted ones go on from their last completed turn, and each
+// trajectory is what a replay of its game gives, as if it had never moved.
+func TestResumeOnAnotherWorker(t *testing.T) {
+	for _, style := range []string{messages.ObsChat, messages.ObsConcat} {
+		t.Run(style, func(t *testing.T) { testResume(t, style) })
+	}
+}
+
+func testResume(t *testing.T, style string) {
+	const episodes = 16
+	s := bustest.RunServer(t)
+	srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: time.Millisecond}).Handler())
+	t.Cleanup(srv.Close)
+	js := bustest.JetStream(t, s, "test")
+	subj := messages.NewSubjects("")
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lw, err := llm.New(bustest.Connect(t, s, "llm"), llm.Options{Endpoints: []string{srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll := collector.New(bustest.JetStream(t, s, "collector"), collector.Options{})
+	done := make(chan struct{}, 4)
+	t.Cleanup(func() {
+		cancel()
+		for range 3 {
+			<-done
+		}
+	})
+	start := func(run func(context.Context) error, ctx context.Context) {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("actor: %v", err)
+			}
+		}()
+	}
+	start(lw.Run, ctx)
+	start(coll.Run, ctx)
+
+	opts := Options{Concurrency: episodes, AckWait: 2 * time.Second}
+	jsA := bustest.JetStream(t, s, "env-a")
+	a, err := New(jsA.Conn(), jsA, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxA, stopA := context.WithCancel(ctx)
+	doneA := make(chan struct{})
+	go func() { defer close(doneA); _ = a.Run(ctxA) }()
+
+	for i := range episodes {
+		req := episodeRequest(fmt.Sprintf("ep-%02d", i), func(r *messages.EpisodeRequest) { r.ObsStyle = style })
+		data, err := messages.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.Publish(ctx, js, subj.Episodes(req.Env), data, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps, err := js.Stream(ctx, subj.StreamSteps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		info, err := steps.Info(ctx)
+		if err != nil || info.State.Msgs < episodes*2 {
+			return fmt.Errorf("steps so far: %v", err)
+		}
+		return nil
+	})
+	jsA.Conn().Close() // the worker dies mid-episode
+	stopA()
+	<-doneA
+	if a.Stats().Finished == episodes {
+		t.Fatal("every episode finished before the worker died; nothing to resume")
+	}
+
+	jsB := bustest.JetStream(t, s, "env-b")
+	b, err := New(jsB.Conn(), jsB, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(b.Run, ctx)
+
+	trajs := map[string]*messages.Trajectory{}
+	cons, err := js.OrderedConsumer(ctx, subj.StreamTrajectories(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(trajs) < episodes {
+		m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+		if err != nil {
+			t.Fatalf("waiting for trajectories (%d so far): %v; collector %+v", len(trajs), err, coll.Stats())
+		}
+		tr, err := messages.Decode[messages.Trajectory](m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if trajs[tr.EpisodeID] != nil {
+			t.Fatalf("%s: two trajectories", tr.EpisodeID)
+		}
+		trajs[tr.EpisodeID] = tr
+	}
+	if st := coll.Stats(); st.Failures != 0 {
+		t.Fatalf("collector recorded failures: %+v", st)
+	}
+	resumed := 0
+	for _, tr := range trajs {
+		if tr.Resumed > 0 {
+			resumed++
+		}
+		replay(t, tr)
+	}
+	if resumed == 0 || b.Stats().Resumed == 0 {
+		t.Fatalf("no episode resumed (worker b: %+v)", b.Stats())
+	}
+	t.Logf("%d of %d episodes resumed on the second worker", resumed, episodes)
+}
+
+// replay plays a trajectory's actions through a fresh copy of its game and
+// checks every prompt, feedback span and reward.
+func replay(t *testing.T, tr *messages.Trajectory) {
+	t.Helper()
+	if err := tr.Validate(); err != nil {
+		t.Fatalf("%s: %v", tr.EpisodeID, err)
+	}
+	var tok toyllm.Tokenizer
+	env, err := envs.New(tr.Env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, info := env.Reset(envs.NewRNG(*tr.EnvSeed))
+	spec, _ := envs.Lookup(tr.Env)
+	if tr.ObsStyle == messages.ObsConcat {
+		history, suffix := []string{obs}, info["suffix"]
+		for i, smp := range tr.Samples {
+			r := smp.ActionRanges[0]
+			if got, want := tok.Decode(smp.ObservationTokens[:r.Start]), chat.History(history, suffix); got != want {
+				t.Fatalf("%s turn %d: prompt\n got %q\nwant %q", tr.EpisodeID, i, got, want)
+			}
+			res := env.Step(tok.Decode(smp.ObservationTokens[r.Start:r.End]))
+			if res.Reward != smp.Reward {
+				t.Fatalf("%s turn %d: reward %v, replay %v", tr.EpisodeID, i, smp.Reward, res.Reward)
+			}
+			history, suffix = append(history, res.Observation), res.Info["suffix"]
+		}
+		return
+	}
+	toks := tr.ObservationTokens
+	if got, want := tok.Decode(toks[:tr.ActionRanges[0].Start]), chat.Render([]chat.Message{{Role: "user", Content: obs}}, true); got != want {
+		t.Fatalf("%s: prompt\n got %q\nwant %q", tr.EpisodeID, got, want)
+	}
+	for i, r := range tr.ActionRanges {
+		action := tok.Decode(toks[r.Start:r.End])
+		res := env.Step(action)
+		if res.Reward != tr.StepRewards[i] {
+			t.Fatalf("%s turn %d: reward %v, replay %v", tr.EpisodeID, i, tr.StepRewards[i], res.Reward)
+		}
+		end := int32(len(toks))
+		if i+1 < len(tr.ActionRanges) {
+			end = tr.ActionRanges[i+1].Start
+		}
+		if got, want := tok.Decode(toks[r.End:end]), chat.Feedback(action, res.Observation, spec.ChatSuffix, res.Done()); got != want {
+			t.Fatalf("%s turn %d: feedback\n got %q\nwant %q", tr.EpisodeID, i, got, want)
+		}
+	}
+}
+
+// TestLoadPriorRun: of an episode's stored steps, the latest attempt that
+// has a turn 0 is continued, up to its first gap; a terminal step means the
+// episode is decided.
+func TestLoadPriorRun(t *testing.T) {
+	step := func(id string, attempt, turn int32, done bool) *messages.StepEvent {
+		ev := &messages.StepEvent{
+			V: messages.Version, EpisodeID: id, Attempt: attempt, Turn: turn, Done: done,
+			ActionTokens: messages.Tokens{1}, ActionLogprobs: messages.Logprobs{-1},
+		}
+		if turn == 0 {
+			ev.Episode, ev.PromptTokens = episodeRequest(id, nil), messages.Tokens{7}
+		}
+		return ev
+	}
+	for _, tc := range []struct {
+		name        string
+		steps       func(id string) []*messages.StepEvent
+		wantTurns   int
+		wantDecided bool
+		wantNil     bool
+	}{
+		{"nothing stored", func(string) []*messages.StepEvent { return nil }, 0, false, true},
+		{"two turns", func(id string) []*messages.StepEvent {
+			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, false)}
+		}, 2, false, false},
+		{"gap ends the run", func(id string) []*messages.StepEvent {
+			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 2, false)}
+		}, 1, false, false},
+		{"latest attempt wins", func(id string) []*messages.StepEvent {
+			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, false), step(id, 1, 2, false), step(id, 2, 0, false)}
+		}, 1, false, false},
+		{"attempt without turn 0 is skipped", func(id string) []*messages.StepEvent {
+			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, false), step(id, 3, 2, false)}
+		}, 2, false, false},
+		{"terminal step decides", func(id string) []*messages.StepEvent {
+			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, true)}
+		}, 2, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, toyllm.Options{})
+			id := "ep-" + tc.name
+			for _, ev := range tc.steps(id) {
+				data, err := messages.Marshal(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := bus.Publish(context.Background(), f.js, f.subj.Steps(id), data, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run, err := f.worker.loadPriorRun(context.Background(), id)
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case tc.wantNil:
+				if run != nil {
+					t.Fatalf("got %d steps, want none", len(run.steps))
+				}
+			case run == nil || len(run.steps) != tc.wantTurns || run.decided != tc.wantDecided:
+				t.Fatalf("got %+v, want %d turns, decided %v", run, tc.wantTurns, tc.wantDecided)
+			}
+		})
+	}
+}
