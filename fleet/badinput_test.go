@@ -216,7 +216,7 @@ func TestModelServerFaults(t *testing.T) {
 			bad, hits := faultyModel(t, fault)
 			var failures bytes.Buffer
 			sum, err := Run(context.Background(), Options{
-				Env: "game:GuessTheNumber-v0-easy", Episodes: 4, VLLM: []string{bad.URL},
+				Env: "game:GuessTheNumber-v0-easy", Episodes: 4, VLLM: []string{bad.URL}, MaxDeliver: 2,
 				DataDir: filepath.Join(t.TempDir(), "nats"), FailuresOut: &failures,
 			})
 			if err != nil {
@@ -229,7 +229,7 @@ func TestModelServerFaults(t *testing.T) {
 				t.Fatal("the faulty server was never called")
 			}
 			for line := range strings.SplitSeq(strings.TrimSpace(failures.String()), "\n") {
-				if !strings.Contains(line, "generate") {
+				if !strings.Contains(line, "generate") || !strings.Contains(line, "gave up after 2 deliveries") {
 					t.Fatalf("failure reason should say what failed: %s", line)
 				}
 			}

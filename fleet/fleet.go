@@ -82,6 +82,10 @@ type Options struct {
 	SubmitOnly bool
 	// Filter enables dynamic filtering of groups in the collector.
 	Filter *collector.ScoreRange
+	// MaxDeliver is how often an episode is delivered to an env worker
+	// before its failure is recorded (default 5): an outage of the model
+	// side hands episodes back, and they resume when it is over.
+	MaxDeliver int
 	// Remote lists remote envs (served over HTTP) the embedded env worker
 	// hosts; their ids may be used like registered ones.
 	Remote []remoteenv.Config
@@ -362,7 +366,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, connect func
 	if err != nil {
 		return nil, err
 	}
-	ew, err := envactor.New(conns["envworker"], envJS, envactor.Options{Concurrency: opts.Concurrency, Remote: opts.Remote, Logger: opts.Logger})
+	ew, err := envactor.New(conns["envworker"], envJS, envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,11 @@ const (
 // nothing left to play.
 var errDecided = errors.New("episode already decided")
 
+// errInfra marks a request that found no working LLM worker or model
+// server after its retries: the episode is handed back, to resume later
+// (here or elsewhere) from its last completed turn.
+var errInfra = errors.New("infrastructure unavailable")
+
 // errEpisode marks a reason the episode itself cannot continue (as opposed to
 // an infrastructure failure of this worker, which leaves the episode for
 // redelivery).
@@ -84,9 +89,10 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 		err = ep.publishFailure(ctx, err)
 	}
 	if err != nil {
-		// This worker could not record the outcome: hand the episode back.
+		// This worker could not finish or record the episode: hand it back,
+		// later for each delivery, so an outage is waited out, not spun on.
 		w.log.Error("episode interrupted; returning it to the queue", "episode", req.EpisodeID, "attempt", ep.attempt, "err", err)
-		_ = msg.NakWithDelay(time.Second)
+		_ = msg.NakWithDelay(min(time.Duration(ep.attempt)*w.opts.RetryDelay, 30*time.Second))
 		return
 	}
 	w.finished.Add(1)
@@ -499,9 +505,11 @@ func request[T any, P interface {
 			last = errors.New("no model endpoint could serve the request")
 			continue
 		}
+		w.infraStreak.Store(0)
 		return rep, nil
 	}
-	return nil, fmt.Errorf("%w: %s: gave up after %d attempts: %v", errEpisode, subject, w.opts.RequestAttempts, last)
+	w.infraStreak.Add(1)
+	return nil, fmt.Errorf("%w: %s: gave up after %d attempts: %v", errInfra, subject, w.opts.RequestAttempts, last)
 }
 
 // publish sends one message to a JetStream stream and waits for the store to

@@ -3,10 +3,14 @@ package env
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
@@ -35,34 +39,8 @@ func testResume(t *testing.T, style string) {
 	s := bustest.RunServer(t)
 	srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: time.Millisecond}).Handler())
 	t.Cleanup(srv.Close)
-	js := bustest.JetStream(t, s, "test")
+	js, coll, ctx, start := resumeHarness(t, s, srv.URL)
 	subj := messages.NewSubjects("")
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	lw, err := llm.New(bustest.Connect(t, s, "llm"), llm.Options{Endpoints: []string{srv.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	coll := collector.New(bustest.JetStream(t, s, "collector"), collector.Options{})
-	done := make(chan struct{}, 4)
-	t.Cleanup(func() {
-		cancel()
-		for range 3 {
-			<-done
-		}
-	})
-	start := func(run func(context.Context) error, ctx context.Context) {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			if err := run(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("actor: %v", err)
-			}
-		}()
-	}
-	start(lw.Run, ctx)
-	start(coll.Run, ctx)
 
 	opts := Options{Concurrency: episodes, AckWait: 2 * time.Second}
 	jsA := bustest.JetStream(t, s, "env-a")
@@ -74,27 +52,8 @@ func testResume(t *testing.T, style string) {
 	doneA := make(chan struct{})
 	go func() { defer close(doneA); _ = a.Run(ctxA) }()
 
-	for i := range episodes {
-		req := episodeRequest(fmt.Sprintf("ep-%02d", i), func(r *messages.EpisodeRequest) { r.ObsStyle = style })
-		data, err := messages.Marshal(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bus.Publish(ctx, js, subj.Episodes(req.Env), data, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	steps, err := js.Stream(ctx, subj.StreamSteps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	bustest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
-		info, err := steps.Info(ctx)
-		if err != nil || info.State.Msgs < episodes*2 {
-			return fmt.Errorf("steps so far: %v", err)
-		}
-		return nil
-	})
+	submitEpisodes(t, js, episodes, style)
+	waitSteps(t, js, episodes*2)
 	jsA.Conn().Close() // the worker dies mid-episode
 	stopA()
 	<-doneA
@@ -107,14 +66,135 @@ func testResume(t *testing.T, style string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(b.Run, ctx)
+	start(b.Run)
+	resumed := checkOutcomes(t, js, subj, coll, episodes)
+	if resumed == 0 || b.Stats().Resumed == 0 {
+		t.Fatalf("no episode resumed (worker b: %+v)", b.Stats())
+	}
+	t.Logf("%d of %d episodes resumed on the second worker", resumed, episodes)
+}
+
+// TestModelOutage takes the only model server down in the middle of the
+// episodes: the env worker hands its episodes back instead of failing them,
+// stops taking new ones while it is unhealthy, and when the server is back
+// every episode ends as a trajectory, continued from its last turn.
+func TestModelOutage(t *testing.T) {
+	const episodes = 16
+	s := bustest.RunServer(t)
+	var down atomic.Bool
+	model := toyllm.New(toyllm.Options{TokenLatency: time.Millisecond}).Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() && r.URL.Path != "/health" {
+			http.Error(w, `{"object":"error","message":"down","type":"ServiceUnavailable","code":503}`, http.StatusServiceUnavailable)
+			return
+		}
+		model.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	js, coll, _, start := resumeHarness(t, s, srv.URL)
+	jsE := bustest.JetStream(t, s, "env")
+	w, err := New(jsE.Conn(), jsE, Options{
+		Concurrency: episodes, RequestAttempts: 2, RetryDelay: 50 * time.Millisecond, MaxDeliver: 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(w.Run)
+	submitEpisodes(t, js, episodes, messages.ObsChat)
+	waitSteps(t, js, episodes)
+	down.Store(true)
+	bustest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if !w.Stats().Unhealthy {
+			return fmt.Errorf("worker still healthy: %+v", w.Stats())
+		}
+		return nil
+	})
+	down.Store(false)
+	resumed := checkOutcomes(t, js, messages.NewSubjects(""), coll, episodes)
+	if resumed == 0 {
+		t.Fatal("no episode was handed back and resumed")
+	}
+	if w.Stats().Unhealthy {
+		t.Fatal("worker still unhealthy after the model came back")
+	}
+}
+
+// resumeHarness runs an embedded server's LLM worker (on modelURL) and
+// collector; start runs more actors until the test ends.
+func resumeHarness(t *testing.T, s *server.Server, modelURL string) (jetstream.JetStream, *collector.Collector, context.Context, func(func(context.Context) error)) {
+	t.Helper()
+	js := bustest.JetStream(t, s, "test")
+	subj := messages.NewSubjects("")
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lw, err := llm.New(bustest.Connect(t, s, "llm"), llm.Options{Endpoints: []string{modelURL}, HealthInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll := collector.New(bustest.JetStream(t, s, "collector"), collector.Options{})
+	var running sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		running.Wait()
+	})
+	start := func(run func(context.Context) error) {
+		running.Go(func() {
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("actor: %v", err)
+			}
+		})
+	}
+	start(lw.Run)
+	start(coll.Run)
+	return js, coll, ctx, start
+}
+
+// submitEpisodes publishes n GuessTheNumber episodes in the given style.
+func submitEpisodes(t *testing.T, js jetstream.JetStream, n int, style string) {
+	t.Helper()
+	subj := messages.NewSubjects("")
+	for i := range n {
+		req := episodeRequest(fmt.Sprintf("ep-%02d", i), func(r *messages.EpisodeRequest) { r.ObsStyle = style })
+		data, err := messages.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.Publish(context.Background(), js, subj.Episodes(req.Env), data, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitSteps waits until the steps stream holds at least n steps.
+func waitSteps(t *testing.T, js jetstream.JetStream, n uint64) {
+	t.Helper()
+	steps, err := js.Stream(context.Background(), messages.NewSubjects("").StreamSteps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		info, err := steps.Info(context.Background())
+		if err != nil || info.State.Msgs < n {
+			return fmt.Errorf("steps so far: %v", err)
+		}
+		return nil
+	})
+}
+
+// checkOutcomes waits for n trajectories, one per episode, checks each
+// against a replay of its game, and returns how many were resumed.
+func checkOutcomes(t *testing.T, js jetstream.JetStream, subj messages.Subjects, coll *collector.Collector, n int) int {
+	t.Helper()
+	ctx := context.Background()
 
 	trajs := map[string]*messages.Trajectory{}
 	cons, err := js.OrderedConsumer(ctx, subj.StreamTrajectories(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for len(trajs) < episodes {
+	for len(trajs) < n {
 		m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
 		if err != nil {
 			t.Fatalf("waiting for trajectories (%d so far): %v; collector %+v", len(trajs), err, coll.Stats())
@@ -138,10 +218,7 @@ func testResume(t *testing.T, style string) {
 		}
 		replay(t, tr)
 	}
-	if resumed == 0 || b.Stats().Resumed == 0 {
-		t.Fatalf("no episode resumed (worker b: %+v)", b.Stats())
-	}
-	t.Logf("%d of %d episodes resumed on the second worker", resumed, episodes)
+	return resumed
 }
 
 // replay plays a trajectory's actions through a fresh copy of its game and

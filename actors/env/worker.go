@@ -52,6 +52,13 @@ type Options struct {
 	// MaxDeliver is how often an episode is delivered before its failure is
 	// recorded instead of handing it back once more (default 5).
 	MaxDeliver int
+	// RetryDelay is how long a handed-back episode waits, times its
+	// delivery count, capped at 30s (default 1s).
+	RetryDelay time.Duration
+	// UnhealthyAfter is the number of requests in a row that found no
+	// working LLM worker after which this worker stops taking new episodes
+	// and waits, backing off, until a request succeeds again (default 3).
+	UnhealthyAfter int
 	// Remote lists the remote envs (served over HTTP) this worker hosts
 	// besides the registered ones; with Envs set, their ids must be listed
 	// there too.
@@ -84,6 +91,12 @@ func (o *Options) setDefaults() {
 	if o.MaxDeliver <= 0 {
 		o.MaxDeliver = 5
 	}
+	if o.RetryDelay <= 0 {
+		o.RetryDelay = time.Second
+	}
+	if o.UnhealthyAfter <= 0 {
+		o.UnhealthyAfter = 3
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -93,6 +106,9 @@ func (o *Options) setDefaults() {
 type Stats struct {
 	Started, Finished, Failed, Malformed, Turns, Resumed uint64
 	InFlight                                             int64
+	// Unhealthy is set while requests keep finding no working LLM worker:
+	// the worker takes no new episodes then.
+	Unhealthy bool
 }
 
 // Worker runs episodes. Create it with New and run it with Run.
@@ -103,7 +119,10 @@ type Worker struct {
 	log  *slog.Logger
 
 	started, finished, failed, malformed, turns, resumes atomic.Uint64
-	inFlight                                             atomic.Int64
+	// infraStreak counts requests in a row that found no working LLM
+	// worker; any answered request resets it.
+	infraStreak atomic.Int64
+	inFlight    atomic.Int64
 
 	// live maps each running *episode to its message, for keepAlive.
 	live sync.Map
@@ -131,6 +150,7 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Started: w.started.Load(), Finished: w.finished.Load(), Failed: w.failed.Load(),
 		Malformed: w.malformed.Load(), Turns: w.turns.Load(), Resumed: w.resumes.Load(), InFlight: w.inFlight.Load(),
+		Unhealthy: w.unhealthy(),
 	}
 }
 
@@ -186,12 +206,36 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Episodes outlive a shutdown request: they finish rather than leave
 	// half-published state behind.
 	work := context.WithoutCancel(ctx)
+	backoff := time.Duration(0)
 	for {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
+		if w.unhealthy() {
+			// The model side is down: taking more episodes would only hand
+			// them back. Running episodes keep probing; wait for them.
+			backoff = min(max(2*backoff, time.Second), 30*time.Second)
+			w.log.Error("unhealthy: requests keep finding no working LLM worker; pausing new episodes", "wait", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				<-slots
+				return nil
+			}
+			if w.unhealthy() && w.inFlight.Load() == 0 {
+				// Nothing running to probe with: let one episode through.
+				w.infraStreak.Store(int64(w.opts.UnhealthyAfter) - 1)
+			}
+			if w.unhealthy() {
+				<-slots
+				continue
+			}
+		}
+		backoff = 0
 		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
 			<-slots
@@ -214,6 +258,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		})
 	}
 }
+
+func (w *Worker) unhealthy() bool { return w.infraStreak.Load() >= int64(w.opts.UnhealthyAfter) }
 
 // keepAlive tells JetStream, three times per AckWait, that every running
 // episode is still being worked on, so a slow model never causes a second
