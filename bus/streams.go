@@ -24,6 +24,13 @@ type StreamOptions struct {
 	OutputMaxAge time.Duration
 	// DuplicateWindow is the publish dedup window (default 10 minutes).
 	DuplicateWindow time.Duration
+	// MaxBytes bounds each stream's size (default 256 MiB each; the steps
+	// stream, which holds every token of every live episode, 1 GiB). The
+	// server reserves these sizes on disk; raise them for long runs. A full
+	// stream refuses new messages (DiscardNew): the publisher gets an error
+	// and retries or reports it, and nothing stored is silently dropped.
+	// -1 means unlimited.
+	MaxBytes, StepsMaxBytes int64
 }
 
 func (o *StreamOptions) setDefaults() {
@@ -39,6 +46,12 @@ func (o *StreamOptions) setDefaults() {
 	if o.DuplicateWindow == 0 {
 		o.DuplicateWindow = 10 * time.Minute
 	}
+	if o.MaxBytes == 0 {
+		o.MaxBytes = 256 << 20
+	}
+	if o.StepsMaxBytes == 0 {
+		o.StepsMaxBytes = 1 << 30
+	}
 }
 
 // StreamConfigs returns the configuration of every rollfleet stream.
@@ -52,18 +65,20 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 			Storage:    jetstream.FileStorage,
 			Replicas:   opts.Replicas,
 			MaxAge:     age,
+			MaxBytes:   opts.MaxBytes,
+			Discard:    jetstream.DiscardNew,
 			Duplicates: opts.DuplicateWindow,
 		}
 	}
-	episodes := limits(subj.StreamEpisodes(), subj.EpisodesAll(), 0)
 	// A work queue: an acked episode is gone, an unacked one comes back to
-	// another worker. DiscardNew makes a full queue an error for the
-	// submitter instead of silently dropping queued work.
+	// another worker.
+	episodes := limits(subj.StreamEpisodes(), subj.EpisodesAll(), 0)
 	episodes.Retention = jetstream.WorkQueuePolicy
-	episodes.Discard = jetstream.DiscardNew
+	steps := limits(subj.StreamSteps(), subj.StepsAll(), opts.StepsMaxAge)
+	steps.MaxBytes = opts.StepsMaxBytes
 	return []jetstream.StreamConfig{
 		episodes,
-		limits(subj.StreamSteps(), subj.StepsAll(), opts.StepsMaxAge),
+		steps,
 		limits(subj.StreamTrajectories(), subj.TrajectoriesAll(), opts.OutputMaxAge),
 		limits(subj.StreamGroups(), subj.GroupsAll(), opts.OutputMaxAge),
 		limits(subj.StreamFailures(), subj.FailuresAll(), opts.OutputMaxAge),

@@ -7,8 +7,14 @@ import (
 	"github.com/rollfleet/rollfleet/vllm"
 )
 
-// tokenCacheEntries bounds each endpoint's tokenization cache.
-const tokenCacheEntries = 1 << 14
+// tokenCacheEntries bounds each endpoint's tokenization cache, and
+// tokenCacheMaxText the texts it keeps: feedback turns are short and repeat,
+// while a long text (a single-turn style's whole history) rarely comes
+// twice and would only crowd the cache.
+const (
+	tokenCacheEntries = 1 << 14
+	tokenCacheMaxText = 4 << 10
+)
 
 // tokenCache remembers the tokenization of plain texts on one endpoint. A
 // tokenizer is a pure function of the text, and env feedback repeats a lot
@@ -56,9 +62,10 @@ func (c *tokenCache) putLocked(k tokenKey, ids []int32) {
 // tokenize tokenizes on this endpoint, from the cache for plain text. The
 // returned slice is shared and must not be modified.
 func (e *endpoint) tokenize(ctx context.Context, req vllm.TokenizeRequest) ([]int32, error) {
-	if len(req.Messages) > 0 {
+	if len(req.Messages) > 0 || len(req.Prompt) > tokenCacheMaxText {
 		// Chat-template renders are first prompts: rarely repeated, and
-		// their result depends on flags the key does not hold.
+		// their result depends on flags the key does not hold. Long texts
+		// are not kept either.
 		return e.client.Tokenize(ctx, req)
 	}
 	k := tokenKey{text: req.Prompt, special: req.AddSpecialTokens}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/alecthomas/kong"
 
@@ -14,10 +15,12 @@ import (
 
 type cli struct {
 	cmdutil.Fleet
-	Concurrency int      `default:"256" help:"Most episodes in flight in this process."`
-	Durable     string   `default:"envworker" help:"Shared consumer name."`
-	Env         string   `help:"Host only these envs: a comma-separated list of ids and patterns such as 'game:*' (default: every env). Sets in use must not overlap."`
-	Remote      []string `help:"Host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
+	Concurrency int           `default:"256" help:"Most episodes in flight in this process."`
+	Durable     string        `default:"envworker" help:"Shared consumer name."`
+	Env         string        `help:"Host only these envs: a comma-separated list of ids and patterns such as 'game:*' (default: every env). Sets in use must not overlap."`
+	Remote      []string      `help:"Host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
+	AckWait     time.Duration `default:"1m" help:"Redelivery timeout of an episode whose worker stopped signalling progress (a crash): it then resumes elsewhere."`
+	MaxDeliver  int           `default:"5" help:"Deliveries of an episode before its failure is recorded."`
 }
 
 func main() {
@@ -35,7 +38,8 @@ func main() {
 			}
 		}
 		w, err := envactor.New(p.NC, p.JS, envactor.Options{
-			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote, Logger: p.Log,
+			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote,
+			AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Logger: p.Log,
 		})
 		if err != nil {
 			return err

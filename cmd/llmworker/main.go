@@ -13,7 +13,6 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/rollfleet/rollfleet/actors/llm"
-	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/gateway"
 )
@@ -45,7 +44,7 @@ func main() {
 		}
 		gw, err := gateway.New(p.NC, gateway.Options{
 			Subjects: p.Subjects, Env: c.GatewayEnv, SessionTTL: c.SessionTTL, MaxSessions: c.MaxSessions,
-			MaxSessionTokens: c.MaxSessionTokens, Streams: bus.StreamOptions{Replicas: c.Replicas}, Logger: p.Log,
+			MaxSessionTokens: c.MaxSessionTokens, Streams: c.Streams(), Logger: p.Log,
 		})
 		if err != nil {
 			return err

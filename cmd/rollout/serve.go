@@ -40,7 +40,8 @@ func (c *toyllmCmd) Run() error {
 
 type serverCmd struct {
 	Listen   string `default:"127.0.0.1:4222" help:"Address to serve NATS on."`
-	DataDir  string `required:"" help:"JetStream store directory."`
+	DataDir  string `help:"JetStream store directory (required unless --config names one)."`
+	Config   string `type:"existingfile" help:"nats-server configuration file: accounts, users and permissions (see examples/nats/auth.conf); --listen and --data-dir override its address and store."`
 	Name     string `help:"Server name."`
 	LogLevel string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
@@ -60,7 +61,7 @@ func (c *serverCmd) Run() error {
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	log := cmdutil.Logger(c.LogLevel)
-	s, err := bus.StartServer(bus.ServerOptions{Name: c.Name, Host: host, Port: port, DataDir: c.DataDir, Logger: log})
+	s, err := bus.StartServer(bus.ServerOptions{Name: c.Name, Host: host, Port: port, DataDir: c.DataDir, ConfigFile: c.Config, Logger: log})
 	if err != nil {
 		return err
 	}

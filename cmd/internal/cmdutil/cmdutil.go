@@ -26,10 +26,12 @@ import (
 type Fleet struct {
 	NATS string `default:"nats://127.0.0.1:4222" env:"RF_NATS" help:"NATS server URL(s), comma-separated."`
 	NATSAuth
-	Prefix      string `default:"rf" help:"Subject prefix."`
-	Replicas    int    `default:"1" help:"Stream replicas (3 on a JetStream cluster)."`
-	InitStreams bool   `help:"Create the missing streams and exit: run once as a user allowed to create streams (the admin) when the others may not."`
-	LogLevel    string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	Prefix         string `default:"rf" help:"Subject prefix."`
+	Replicas       int    `default:"1" help:"Stream replicas (3 on a JetStream cluster)."`
+	StreamMaxBytes int64  `default:"268435456" help:"Size limit of each output stream and of the episodes queue, in bytes; a full stream refuses new messages (-1: unlimited)."`
+	StepsMaxBytes  int64  `default:"1073741824" help:"Size limit of the steps stream, in bytes (-1: unlimited)."`
+	InitStreams    bool   `help:"Create the missing streams and exit: run once as a user allowed to create streams (the admin) when the others may not."`
+	LogLevel       string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
 // ErrStreamPermission means the user may not look up or create a stream it
@@ -41,6 +43,11 @@ var ErrStreamPermission = errors.New("not allowed to set up the streams")
 // process ran, such as when the server refused the credentials on a
 // reconnect.
 var ErrConnectionClosed = errors.New("nats connection closed")
+
+// Streams is the stream configuration the flags ask for.
+func (f *Fleet) Streams() bus.StreamOptions {
+	return bus.StreamOptions{Replicas: f.Replicas, MaxBytes: f.StreamMaxBytes, StepsMaxBytes: f.StepsMaxBytes}
+}
 
 // TuneGC makes the garbage collector run less often than Go's default unless
 // GOGC is set: rollout processes allocate many short-lived messages and have
@@ -88,7 +95,7 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 	for {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		go watchStreamPermission(sctx, nc, cancel)
-		err = bus.EnsureStreams(sctx, js, subj, bus.StreamOptions{Replicas: f.Replicas})
+		err = bus.EnsureStreams(sctx, js, subj, f.Streams())
 		cancel()
 		if errors.Is(err, bus.ErrStreamMismatch) {
 			log.Warn("streams left as they are", "err", err)
