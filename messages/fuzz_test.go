@@ -89,3 +89,22 @@ func FuzzDecodeGroup(f *testing.F) {
 func FuzzDecodeFailure(f *testing.F) {
 	fuzzDecode(f, sampleFailure(), &Failure{V: Version, Kind: FailureEpisode, Reason: "r"})
 }
+
+func FuzzDecodeDetokenizeRequest(f *testing.F) {
+	fuzzDecode(f, &DetokenizeRequest{V: Version, EpisodeID: "e", Tokens: Tokens{1, 2, 3}, Pieces: true})
+}
+
+func FuzzDecodeDetokenizeReply(f *testing.F) {
+	fuzzDecode(f, &DetokenizeReply{V: Version, Text: "ab", Pieces: []string{"a", "b"}}, &DetokenizeReply{V: Version, Error: "x", Code: CodeInvalid})
+}
+
+func FuzzDecodeChatTokenizeRequest(f *testing.F) {
+	fuzzDecode(f, &ChatTokenizeRequest{
+		V: Version, Messages: []ChatMessage{{Role: "user", Content: "hi"}}, AddGenerationPrompt: true,
+		ChatTemplateKwargs: []byte(`{"enable_thinking": false}`),
+	})
+}
+
+func FuzzDecodeModelInfoReply(f *testing.F) {
+	fuzzDecode(f, &ModelInfoReply{V: Version, Models: []ModelInfo{{ID: "m", MaxModelLen: 4096}}}, &ModelInfoReply{V: Version, Error: "x", Code: CodeUnavailable})
+}
