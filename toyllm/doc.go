@@ -1,6 +1,7 @@
 // Package toyllm is a stand-in for a vLLM server, for tests and demos. It is
-// not a language model: it plays one game, GEM's GuessTheNumber, with a
-// hand-written heuristic, and writes its replies through a byte-level
+// not a language model: it recognises what it is asked from the prompt —
+// GEM's GuessTheNumber, one of GEM's board games, or a math problem — plans a
+// reply with a hand-written heuristic, and writes it through a byte-level
 // tokenizer one sampled token at a time.
 //
 // It speaks the subset of vLLM's OpenAI-compatible HTTP API that rollout
@@ -27,7 +28,10 @@
 //
 // # Policy
 //
-// The policy decodes the prompt and reads the game from it: the range from
+// Board games (boardgames.go) get a usually legal move read off the latest
+// board, math problems (math.go) an answer that is right about 80% of the
+// time, and everything else GuessTheNumber's policy. For GuessTheNumber, the
+// policy decodes the prompt and reads the game from it: the range from
 // the instructions ("guess the number between {min} and {max}", 1..20 when
 // absent), narrowed by every feedback line ("you guessed G, and the target
 // number is higher/lower than G"). It then plans a short reply, usually a
