@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
@@ -138,13 +141,32 @@ func TestMalformedMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	garbage := []byte("\xc1 this is not msgpack")
+	mutated := func(mut func(*messages.EpisodeRequest)) []byte {
+		r := episode("mutated", "game:GuessTheNumber-v0")
+		mut(r)
+		data, err := messages.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	valid := mutated(func(*messages.EpisodeRequest) {})
+	var step bytes.Buffer
+	step.Write(mutated(func(r *messages.EpisodeRequest) { r.V = messages.Version + 1 }))
+	gtn := h.subj.Episodes("game:GuessTheNumber-v0")
 	for _, tc := range []struct {
 		name, subject string
 		data          []byte
 		want          string // in the failure reason
 	}{
-		{"garbage episode", h.subj.Episodes("game:GuessTheNumber-v0"), garbage, "EpisodeRequest"},
-		{"invalid episode field", h.subj.Episodes("game:GuessTheNumber-v0"), invalid, "max_length"},
+		{"garbage episode", gtn, garbage, "EpisodeRequest"},
+		{"invalid episode field", gtn, invalid, "max_length"},
+		{"truncated msgpack", gtn, valid[:len(valid)/2], "EpisodeRequest"},
+		{"newer wire version", gtn, step.Bytes(), "version"},
+		{"negative max_tokens", gtn, mutated(func(r *messages.EpisodeRequest) { r.Sampling.MaxTokens = -5 }), "max_tokens"},
+		{"NaN temperature", gtn, mutated(func(r *messages.EpisodeRequest) { r.Sampling.Temperature = math.NaN() }), "temperature"},
+		{"top_p above 1", gtn, mutated(func(r *messages.EpisodeRequest) { r.Sampling.TopP = 7 }), "top_p"},
+		{"unknown obs style", gtn, mutated(func(r *messages.EpisodeRequest) { r.ObsStyle = "telepathy" }), "obs_style"},
 		{"garbage step", h.subj.Steps("nobody"), garbage, "StepEvent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,9 +193,53 @@ func TestMalformedMessages(t *testing.T) {
 			}
 		})
 	}
+	for _, tc := range []struct {
+		name string
+		req  *messages.GenerateRequest
+		want string
+	}{
+		{"token ids outside the vocabulary", &messages.GenerateRequest{
+			V: messages.Version, EpisodeID: "x", Prompt: messages.Tokens{1 << 30}, MaxTokens: 4,
+		}, "out of vocabulary"},
+		{"NaN temperature", &messages.GenerateRequest{
+			V: messages.Version, EpisodeID: "x", Prompt: messages.Tokens{65}, MaxTokens: 4,
+			Sampling: messages.SamplingParams{Temperature: math.NaN()},
+		}, "temperature"},
+		{"negative max_tokens", &messages.GenerateRequest{
+			V: messages.Version, EpisodeID: "x", Prompt: messages.Tokens{65}, MaxTokens: -1,
+		}, "max_tokens"},
+	} {
+		t.Run("generate: "+tc.name, func(t *testing.T) {
+			data, err := msgpackUnchecked(tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := h.nc.Request(h.subj.Generate(), data, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := messages.Decode[messages.GenerateReply](m.Data)
+			if err != nil {
+				t.Fatalf("reply must be decodable: %v", err)
+			}
+			if rep.Code != messages.CodeInvalid || !strings.Contains(rep.Error, tc.want) {
+				t.Fatalf("want an invalid-request error naming %q, got %+v", tc.want, rep)
+			}
+		})
+	}
+	t.Run("oversize payload", func(t *testing.T) {
+		err := bus.Publish(context.Background(), h.js, gtn, make([]byte, h.nc.MaxPayload()+1), "")
+		if !errors.Is(err, bus.ErrTooLarge) {
+			t.Fatalf("want ErrTooLarge, got %v", err)
+		}
+	})
 	h.submit(t, episode("after-garbage", "game:GuessTheNumber-v0"))
 	h.trajectory(t, "after-garbage")
 }
+
+// msgpackUnchecked encodes a message without validating it, as a faulty or
+// hostile peer would send it.
+func msgpackUnchecked(v any) ([]byte, error) { return msgpack.Marshal(v) }
 
 // faultyModel serves the stand-in's API but breaks /v1/completions.
 func faultyModel(t *testing.T, fault string) (*httptest.Server, *atomic.Int64) {
