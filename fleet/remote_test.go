@@ -70,7 +70,7 @@ func TestRemoteEnvFailure(t *testing.T) {
 	seed := uint64(1)
 	sum, err := Run(context.Background(), Options{
 		Env: "gym:broken", Episodes: 8, Seed: &seed, FailuresOut: &failures,
-		Remote: []remoteenv.Config{{ID: "gym:broken", Kind: remoteenv.KindGym, URL: srv.URL}},
+		Remote:  []remoteenv.Config{{ID: "gym:broken", Kind: remoteenv.KindGym, URL: srv.URL}},
 		DataDir: filepath.Join(t.TempDir(), "nats"),
 	})
 	if err != nil || sum.Failures != 8 || sum.Trajectories != 0 {
