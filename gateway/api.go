@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -276,15 +277,15 @@ func decodeJSON(body []byte, v any) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syntax):
-		return badRequest("invalid JSON body: %w", err)
+		return vllmapi.BadRequest("invalid JSON body: %w", err)
 	case errors.As(err, &typ):
 		if typ.Field == "" {
-			return badRequest("request body must be a JSON object")
+			return vllmapi.BadRequest("request body must be a JSON object")
 		}
 		field := strings.TrimPrefix(typ.Field, "samplingFields.")
-		return badRequest("invalid value for field %q: JSON %s where %s was expected", field, typ.Value, typ.Type)
+		return vllmapi.BadRequest("invalid value for field %q: JSON %s where %s was expected", field, typ.Value, typ.Type)
 	}
-	return badRequest("%w", err)
+	return vllmapi.BadRequest("%w", err)
 }
 
 // refused checks the request for features the gateway does not honour.
@@ -295,27 +296,27 @@ func (f *samplingFields) refused() error {
 	}
 	switch {
 	case f.Stream:
-		return badRequest("stream is not supported by the gateway")
+		return vllmapi.BadRequest("stream is not supported by the gateway")
 	case f.Echo:
-		return badRequest("echo is not supported by the gateway")
+		return vllmapi.BadRequest("echo is not supported by the gateway")
 	case f.BestOf != nil && *f.BestOf != 1:
-		return badRequest("best_of is not supported by the gateway")
+		return vllmapi.BadRequest("best_of is not supported by the gateway")
 	case f.UseBeamSearch:
-		return badRequest("use_beam_search is not supported by the gateway")
+		return vllmapi.BadRequest("use_beam_search is not supported by the gateway")
 	case len(f.LogitBias) > 0:
-		return badRequest("logit_bias is not supported by the gateway")
+		return vllmapi.BadRequest("logit_bias is not supported by the gateway")
 	case f.PromptLogprobs != nil:
-		return badRequest("prompt_logprobs is not supported by the gateway")
+		return vllmapi.BadRequest("prompt_logprobs is not supported by the gateway")
 	case f.Priority != 0:
-		return badRequest("priority is not supported by the gateway")
+		return vllmapi.BadRequest("priority is not supported by the gateway")
 	case nonNull(f.Tools) && string(bytes.TrimSpace(f.Tools)) != "[]":
-		return badRequest("tools are not supported by the gateway")
+		return vllmapi.BadRequest("tools are not supported by the gateway")
 	case f.ResponseFormat != nil && f.ResponseFormat.Type != "" && f.ResponseFormat.Type != "text":
-		return badRequest("response_format %.32q is not supported by the gateway", f.ResponseFormat.Type)
+		return vllmapi.BadRequest("response_format %.32q is not supported by the gateway", f.ResponseFormat.Type)
 	case nonNull(f.GuidedJSON), nonNull(f.GuidedRegex), nonNull(f.GuidedChoice), nonNull(f.GuidedGrammar), nonNull(f.StructuredOutputs):
-		return badRequest("guided decoding is not supported by the gateway")
+		return vllmapi.BadRequest("guided decoding is not supported by the gateway")
 	case f.N != nil && *f.N != 1:
-		return badRequest("n must be 1: the gateway records one completion per call, got %d", *f.N)
+		return vllmapi.BadRequest("n must be 1: the gateway records one completion per call, got %d", *f.N)
 	}
 	return nil
 }
@@ -331,63 +332,63 @@ func (f *samplingFields) sampling() (messages.SamplingParams, error) {
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 	if t := f.Temperature; t != nil {
 		if *t < 0 || !finite(*t) {
-			return sp, badRequest("temperature must be non-negative, got %g.", *t)
+			return sp, vllmapi.BadRequest("temperature must be non-negative, got %g.", *t)
 		}
 		sp.Temperature = *t
 	}
 	if p := f.TopP; p != nil {
 		if !(*p > 0 && *p <= 1) {
-			return sp, badRequest("top_p must be in (0, 1], got %g.", *p)
+			return sp, vllmapi.BadRequest("top_p must be in (0, 1], got %g.", *p)
 		}
 		sp.TopP = *p
 	}
 	if k := f.TopK; k != nil {
 		if *k < -1 || *k > math.MaxInt32 {
-			return sp, badRequest("top_k must be -1 or 0 (disable), or at least 1, got %d.", *k)
+			return sp, vllmapi.BadRequest("top_k must be -1 or 0 (disable), or at least 1, got %d.", *k)
 		}
 		sp.TopK = int32(*k)
 	}
 	if p := f.MinP; p != nil {
 		if !(*p >= 0 && *p <= 1) {
-			return sp, badRequest("min_p must be in [0, 1], got %g.", *p)
+			return sp, vllmapi.BadRequest("min_p must be in [0, 1], got %g.", *p)
 		}
 		sp.MinP = *p
 	}
 	if p := f.PresencePenalty; p != nil {
 		if !(*p >= -2 && *p <= 2) {
-			return sp, badRequest("presence_penalty must be in [-2, 2], got %g.", *p)
+			return sp, vllmapi.BadRequest("presence_penalty must be in [-2, 2], got %g.", *p)
 		}
 		sp.PresencePenalty = *p
 	}
 	if p := f.FrequencyPenalty; p != nil {
 		if !(*p >= -2 && *p <= 2) {
-			return sp, badRequest("frequency_penalty must be in [-2, 2], got %g.", *p)
+			return sp, vllmapi.BadRequest("frequency_penalty must be in [-2, 2], got %g.", *p)
 		}
 		sp.FrequencyPenalty = *p
 	}
 	if p := f.RepetitionPenalty; p != nil {
 		if !(*p > 0) || !finite(*p) {
-			return sp, badRequest("repetition_penalty must be greater than zero, got %g.", *p)
+			return sp, vllmapi.BadRequest("repetition_penalty must be greater than zero, got %g.", *p)
 		}
 		sp.RepetitionPenalty = *p
 	}
 	if n := f.MinTokens; n != nil {
 		if *n < 0 || *n > math.MaxInt32 {
-			return sp, badRequest("min_tokens must be greater than or equal to 0, got %d.", *n)
+			return sp, vllmapi.BadRequest("min_tokens must be greater than or equal to 0, got %d.", *n)
 		}
 		sp.MinTokens = int32(*n)
 	}
 	sp.Seed = f.Seed
 	for _, s := range f.Stop {
 		if s == "" {
-			return sp, badRequest("stop cannot contain an empty string.")
+			return sp, vllmapi.BadRequest("stop cannot contain an empty string.")
 		}
 	}
 	sp.Stop = f.Stop
 	if len(f.StopTokenIDs) > 0 {
 		ids, err := tokenIDs("stop_token_ids", f.StopTokenIDs)
 		if err != nil {
-			return sp, badRequest("%w", err)
+			return sp, vllmapi.BadRequest("%w", err)
 		}
 		sp.StopTokenIDs = ids
 	}
@@ -397,7 +398,7 @@ func (f *samplingFields) sampling() (messages.SamplingParams, error) {
 	}
 	sp.IncludeStopStrInOutput = f.IncludeStopStrInOutput
 	if err := sp.Validate(); err != nil {
-		return sp, badRequest("%w", err)
+		return sp, vllmapi.BadRequest("%w", err)
 	}
 	return sp, nil
 }
@@ -411,7 +412,7 @@ func (f *samplingFields) sessionFromBody() (string, error) {
 	}
 	if f.ExtraBody != nil && f.ExtraBody.SessionID != nil {
 		if id != "" && id != *f.ExtraBody.SessionID {
-			return "", badRequest("session_id %.64q and extra_body.session_id %.64q differ", id, *f.ExtraBody.SessionID)
+			return "", vllmapi.BadRequest("session_id %.64q and extra_body.session_id %.64q differ", id, *f.ExtraBody.SessionID)
 		}
 		id = *f.ExtraBody.SessionID
 	}
@@ -422,11 +423,11 @@ func (f *samplingFields) sessionFromBody() (string, error) {
 // '/', so that segment episode ids "<session>/seg<k>" are unambiguous.
 func checkSessionID(id string) error {
 	if id == "" || len(id) > maxSessionIDLength {
-		return badRequest("session id must be 1 to %d bytes, got %d", maxSessionIDLength, len(id))
+		return vllmapi.BadRequest("session id must be 1 to %d bytes, got %d", maxSessionIDLength, len(id))
 	}
 	for _, c := range id {
 		if c < 0x20 || c == 0x7f || c == '/' || c == ' ' || c == '\uFFFD' {
-			return badRequest("session id %.64q: character %q not allowed (no '/', spaces or control characters)", id, c)
+			return vllmapi.BadRequest("session id %.64q: character %q not allowed (no '/', spaces or control characters)", id, c)
 		}
 	}
 	return nil
@@ -447,11 +448,11 @@ func decodeChat(body []byte) (*chatRequest, messages.SamplingParams, error) {
 	}
 	switch {
 	case req.TopLogprobs != nil && *req.TopLogprobs > 0 && !req.Logprobs:
-		return nil, sp, badRequest("when using `top_logprobs`, `logprobs` must be set to true.")
+		return nil, sp, vllmapi.BadRequest("when using `top_logprobs`, `logprobs` must be set to true.")
 	case req.TopLogprobs != nil && *req.TopLogprobs < 0:
-		return nil, sp, badRequest("top_logprobs must be non-negative, got %d", *req.TopLogprobs)
+		return nil, sp, vllmapi.BadRequest("top_logprobs must be non-negative, got %d", *req.TopLogprobs)
 	case req.TopLogprobs != nil && *req.TopLogprobs > 0:
-		return nil, sp, badRequest("top_logprobs > 0 is not supported by the gateway: only the sampled token's logprob is carried (use top_logprobs 0)")
+		return nil, sp, vllmapi.BadRequest("top_logprobs > 0 is not supported by the gateway: only the sampled token's logprob is carried (use top_logprobs 0)")
 	}
 	return &req, sp, nil
 }
@@ -469,19 +470,19 @@ func (r *chatRequest) checkTemplate() error {
 func checkTemplate(msgs []chatMessage, addGenerationPrompt, continueFinal bool, kwargs json.RawMessage, customTemplate bool) error {
 	switch {
 	case len(msgs) == 0:
-		return badRequest("messages must not be empty")
+		return vllmapi.BadRequest("messages must not be empty")
 	case addGenerationPrompt && continueFinal:
-		return badRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+		return vllmapi.BadRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
 	case customTemplate:
-		return badRequest("chat_template is not supported by the gateway: the model's own template applies")
+		return vllmapi.BadRequest("chat_template is not supported by the gateway: the model's own template applies")
 	}
 	for i, m := range msgs {
 		if m.Role == "" {
-			return badRequest("messages[%d]: role is required", i)
+			return vllmapi.BadRequest("messages[%d]: role is required", i)
 		}
 	}
 	if kw := bytes.TrimSpace(kwargs); len(kw) > 0 && string(kw) != "null" && kw[0] != '{' {
-		return badRequest("chat_template_kwargs must be a JSON object")
+		return vllmapi.BadRequest("chat_template_kwargs must be a JSON object")
 	}
 	return nil
 }
@@ -511,15 +512,15 @@ func decodeCompletion(body []byte) (*completionRequest, messages.SamplingParams,
 	}
 	switch {
 	case req.Suffix != nil && *req.Suffix != "":
-		return nil, sp, badRequest("suffix is not supported by the gateway")
+		return nil, sp, vllmapi.BadRequest("suffix is not supported by the gateway")
 	case !req.Prompt.set:
-		return nil, sp, badRequest("prompt is required")
+		return nil, sp, vllmapi.BadRequest("prompt is required")
 	case req.Prompt.isText && req.Prompt.text == "", !req.Prompt.isText && len(req.Prompt.ids) == 0:
-		return nil, sp, badRequest("prompt must not be empty")
+		return nil, sp, vllmapi.BadRequest("prompt must not be empty")
 	case req.Logprobs != nil && *req.Logprobs < 0:
-		return nil, sp, badRequest("logprobs must be non-negative, got %d", *req.Logprobs)
+		return nil, sp, vllmapi.BadRequest("logprobs must be non-negative, got %d", *req.Logprobs)
 	case req.Logprobs != nil && *req.Logprobs > 0:
-		return nil, sp, badRequest("logprobs > 0 is not supported by the gateway: only the sampled token's logprob is carried (use logprobs 0)")
+		return nil, sp, vllmapi.BadRequest("logprobs > 0 is not supported by the gateway: only the sampled token's logprob is carried (use logprobs 0)")
 	}
 	return &req, sp, nil
 }
@@ -534,7 +535,7 @@ func maxTokens(requested *int64, promptLen, maxLen int, fallback int64, fillWind
 		n = *requested
 	case fillWindow && maxLen > 0:
 		if promptLen >= maxLen {
-			return 0, badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
+			return 0, vllmapi.BadRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
 				"Please reduce the length of the input messages.", maxLen, promptLen)
 		}
 		n = int64(maxLen - promptLen)
@@ -542,10 +543,10 @@ func maxTokens(requested *int64, promptLen, maxLen int, fallback int64, fillWind
 		n = fallback
 	}
 	if n < 1 {
-		return 0, badRequest("max_tokens must be at least 1, got %d.", n)
+		return 0, vllmapi.BadRequest("max_tokens must be at least 1, got %d.", n)
 	}
 	if maxLen > 0 && int64(promptLen)+n > int64(maxLen) {
-		return 0, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+		return 0, vllmapi.BadRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
 			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 			maxLen, int64(promptLen)+n, promptLen, n)
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
+
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 )
 
 // Sentinel errors. Errors the gateway returns or answers with wrap at most one of them; match
@@ -36,32 +36,12 @@ var (
 	ErrSessionTooLong = errors.New("gateway: session token limit exceeded")
 )
 
-// apiError is an error answered with an HTTP status and vLLM's error body.
-type apiError struct {
-	status int
-	err    error
-}
-
-func (e *apiError) Error() string { return e.err.Error() }
-
-func (e *apiError) Unwrap() error { return e.err }
-
-// statusError returns an apiError; format and args are as for fmt.Errorf.
-func statusError(status int, format string, args ...any) *apiError {
-	return &apiError{status, fmt.Errorf(format, args...)}
-}
-
-// badRequest returns a 400 apiError.
-func badRequest(format string, args ...any) *apiError {
-	return statusError(http.StatusBadRequest, format, args...)
-}
-
 // statusOf is the HTTP status that answers err.
 func statusOf(err error) int {
-	var ae *apiError
+	var ae *vllmapi.Error
 	switch {
 	case errors.As(err, &ae):
-		return ae.status
+		return ae.Status
 	case errors.Is(err, ErrNoWorker), errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrTimeout):
@@ -129,12 +109,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		body, _ = json.Marshal(errorBody{errorInfo{Message: "encoding response: " + err.Error(), Type: errorType(status), Code: status}})
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	// A write error means the client went away; there is no one to tell.
-	_, _ = w.Write(body)
+	vllmapi.WriteBody(w, status, body)
 }
 
 // writeError answers err with vLLM's error body and the status statusOf gives.

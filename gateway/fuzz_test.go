@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 )
 
 // FuzzChatRequest decodes arbitrary chat completion bodies: decoding never panics, every
@@ -27,8 +29,8 @@ func FuzzChatRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, sp, err := decodeChat(body)
 		if err != nil {
-			var ae *apiError
-			if !errors.As(err, &ae) || ae.status != http.StatusBadRequest {
+			var ae *vllmapi.Error
+			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
 				t.Fatalf("refusal %v is not a 400", err)
 			}
 			return

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -94,36 +96,27 @@ func (o *Options) setDefaults() {
 	if o.Subjects.Prefix == "" {
 		o.Subjects = messages.NewSubjects("")
 	}
-	if o.Env == "" {
-		o.Env = DefaultEnv
-	}
-	if o.RequestTimeout <= 0 {
-		o.RequestTimeout = DefaultRequestTimeout
-	}
-	if o.ModelInfoTTL <= 0 {
-		o.ModelInfoTTL = DefaultModelInfoTTL
-	}
-	if o.SessionTTL <= 0 {
-		o.SessionTTL = DefaultSessionTTL
-	}
-	if o.JanitorInterval <= 0 {
-		o.JanitorInterval = min(o.SessionTTL/4, time.Minute)
-	}
-	if o.FinishedTTL <= 0 {
-		o.FinishedTTL = DefaultFinishedTTL
-	}
-	if o.MaxSessions <= 0 {
-		o.MaxSessions = DefaultMaxSessions
-	}
-	if o.MaxSessionTokens <= 0 {
-		o.MaxSessionTokens = DefaultMaxSessionTokens
-	}
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	o.Env = cmp.Or(o.Env, DefaultEnv)
+	o.RequestTimeout = positiveOr(o.RequestTimeout, DefaultRequestTimeout)
+	o.ModelInfoTTL = positiveOr(o.ModelInfoTTL, DefaultModelInfoTTL)
+	o.SessionTTL = positiveOr(o.SessionTTL, DefaultSessionTTL)
+	o.JanitorInterval = positiveOr(o.JanitorInterval, min(o.SessionTTL/4, time.Minute))
+	o.FinishedTTL = positiveOr(o.FinishedTTL, DefaultFinishedTTL)
+	o.MaxSessions = positiveOr(o.MaxSessions, DefaultMaxSessions)
+	o.MaxSessionTokens = positiveOr(o.MaxSessionTokens, DefaultMaxSessionTokens)
+	o.MaxBodyBytes = positiveOr(o.MaxBodyBytes, DefaultMaxBodyBytes)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+}
+
+// positiveOr returns v, or def when v is zero or negative: a negative limit or duration means
+// the default, as an unset one does.
+func positiveOr[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Stats are a gateway's counters.
@@ -247,40 +240,13 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 
 // serve is Serve once the streams exist.
 func (g *Gateway) serve(ctx context.Context, ln net.Listener) error {
-	// Requests get a context of their own, cancelled only when the grace period is over.
-	reqCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
-	defer abort()
-	srv := &http.Server{
-		Handler:           g.handler,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-	}
 	g.log.Info("gateway serving", "addr", ln.Addr().String(), "env", g.opts.Env)
 	janitorCtx, stopJanitor := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { g.janitor(janitorCtx) })
-	errc := make(chan error, 1)
-	wg.Go(func() { errc <- srv.Serve(ln) })
-
-	var err error
-	select {
-	case err = <-errc:
-		// The listener failed; drop the connections it had accepted.
-		abort()
-		_ = srv.Close()
+	err := vllmapi.Serve(ctx, ln, g.handler, shutdownGrace, g.log)
+	if err != nil {
 		err = fmt.Errorf("gateway: serve: %w", err)
-	case <-ctx.Done():
-		shutCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-		if serr := srv.Shutdown(shutCtx); serr != nil {
-			abort()
-			_ = srv.Close()
-		}
-		cancel()
-		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
-			err = fmt.Errorf("gateway: serve: %w", serr)
-		}
 	}
 	stopJanitor()
 	wg.Wait()
@@ -310,19 +276,8 @@ func (g *Gateway) Start(ctx context.Context, addr string) (url string, stop func
 		_ = ln.Close()
 		return "", nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var serveErr error
-	go func() {
-		defer close(done)
-		serveErr = g.serve(ctx, ln)
-	}()
-	stop = sync.OnceValue(func() error {
-		cancel()
-		<-done
-		return serveErr
-	})
-	return "http://" + ln.Addr().String(), stop, nil
+	url, stop = vllmapi.Start(ctx, ln, g.serve)
+	return url, stop, nil
 }
 
 // janitor expires idle sessions every JanitorInterval until ctx is cancelled.
@@ -358,10 +313,7 @@ func (g *Gateway) abandonOpen(ctx context.Context) {
 // the janitor's next round.
 func (g *Gateway) abandon(ctx context.Context, leases []*lease, why string, now time.Time) {
 	for _, l := range leases {
-		calls := 0
-		for _, seg := range l.s.segs {
-			calls += len(seg.ranges)
-		}
+		calls := l.callsMade()
 		reason := fmt.Sprintf("session abandoned: %s after %d model calls", why, calls)
 		if err := g.publishFailure(ctx, l.s.id, g.opts.Env, reason, calls); err != nil {
 			g.log.Warn("abandoning session: publish failed", "session", l.s.id, "err", err)

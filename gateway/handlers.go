@@ -1,16 +1,17 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -57,15 +58,20 @@ func (g *Gateway) wrap(h func(http.ResponseWriter, *http.Request) error) http.Ha
 
 // readBody reads a request body within Options.MaxBodyBytes.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return nil, statusError(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", g.opts.MaxBodyBytes)
-	case err != nil:
-		return nil, badRequest("reading request body: %w", err)
+	var body bytes.Buffer
+	if err := vllmapi.ReadBody(w, r, g.opts.MaxBodyBytes, &body); err != nil {
+		return nil, err
 	}
-	return body, nil
+	return body.Bytes(), nil
+}
+
+// readJSON reads a request body within Options.MaxBodyBytes and decodes it into v.
+func (g *Gateway) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := g.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
 }
 
 // handleHealth answers 200 with an empty body while the gateway is connected to NATS, 503
@@ -78,21 +84,11 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// modelCard describes a served model as vLLM does.
+// modelCard describes a served model as vLLM does, with the permission list OpenAI clients
+// may expect.
 type modelCard struct {
-	ID          string  `json:"id"`
-	Object      string  `json:"object"`
-	Created     int64   `json:"created"`
-	OwnedBy     string  `json:"owned_by"`
-	Root        string  `json:"root"`
-	Parent      *string `json:"parent"`
-	MaxModelLen int32   `json:"max_model_len"`
-	Permission  []any   `json:"permission"`
-}
-
-type modelList struct {
-	Object string      `json:"object"`
-	Data   []modelCard `json:"data"`
+	vllmapi.ModelCard
+	Permission []any `json:"permission"`
 }
 
 func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request) error {
@@ -100,31 +96,23 @@ func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list := modelList{Object: "list", Data: make([]modelCard, len(models))}
+	list := vllmapi.ModelList[modelCard]{Object: "list", Data: make([]modelCard, len(models))}
 	for i, m := range models {
 		list.Data[i] = modelCard{
-			ID: m.ID, Object: "model", Created: g.created, OwnedBy: "rollfleet", Root: m.ID,
-			MaxModelLen: m.MaxModelLen, Permission: []any{},
+			ModelCard: vllmapi.ModelCard{
+				ID: m.ID, Object: "model", Created: g.created, OwnedBy: "rollfleet", Root: m.ID,
+				MaxModelLen: int(m.MaxModelLen),
+			},
+			Permission: []any{},
 		}
 	}
 	writeJSON(w, http.StatusOK, list)
 	return nil
 }
 
-type tokenizeResponse struct {
-	Count       int      `json:"count"`
-	MaxModelLen int32    `json:"max_model_len"`
-	Tokens      []int32  `json:"tokens"`
-	TokenStrs   []string `json:"token_strs"`
-}
-
 func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) error {
-	body, err := g.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req tokenizeRequest
-	if err := decodeJSON(body, &req); err != nil {
+	if err := g.readJSON(w, r, &req); err != nil {
 		return err
 	}
 	key := g.nextID("tok-")
@@ -132,7 +120,7 @@ func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) error {
 	var text string
 	switch {
 	case req.Prompt != nil && req.Messages != nil:
-		return badRequest("give either prompt or messages, not both")
+		return vllmapi.BadRequest("give either prompt or messages, not both")
 	case req.Prompt != nil:
 		text = *req.Prompt
 		treq.AddSpecialTokens = req.AddSpecialTokens == nil || *req.AddSpecialTokens
@@ -146,7 +134,7 @@ func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) error {
 		treq.AddSpecialTokens = req.AddSpecialTokens != nil && *req.AddSpecialTokens
 		treq.ChatTemplateKwargs = templateKwargs(req.ChatTemplateKwargs)
 	default:
-		return badRequest("prompt or messages is required")
+		return vllmapi.BadRequest("prompt or messages is required")
 	}
 	model, err := g.served(r.Context(), req.Model)
 	if err != nil {
@@ -169,7 +157,9 @@ func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) error {
 	if req.ReturnTokenStrs && strs == nil {
 		strs = []string{}
 	}
-	writeJSON(w, http.StatusOK, tokenizeResponse{Count: len(ids), MaxModelLen: model.MaxModelLen, Tokens: nonNil(ids), TokenStrs: strs})
+	writeJSON(w, http.StatusOK, vllmapi.TokenizeResponse{
+		Count: len(ids), MaxModelLen: int(model.MaxModelLen), Tokens: nonNil(ids), TokenStrs: strs,
+	})
 	return nil
 }
 
@@ -189,20 +179,16 @@ func plainMessages(msgs []chatMessage) []messages.ChatMessage {
 }
 
 func (g *Gateway) handleDetokenize(w http.ResponseWriter, r *http.Request) error {
-	body, err := g.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req detokenizeRequest
-	if err := decodeJSON(body, &req); err != nil {
+	if err := g.readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Tokens == nil {
-		return badRequest("tokens is required")
+		return vllmapi.BadRequest("tokens is required")
 	}
 	ids, err := tokenIDs("tokens", req.Tokens)
 	if err != nil {
-		return badRequest("%w", err)
+		return vllmapi.BadRequest("%w", err)
 	}
 	if _, err := g.served(r.Context(), req.Model); err != nil {
 		return err
@@ -211,9 +197,7 @@ func (g *Gateway) handleDetokenize(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Prompt string `json:"prompt"`
-	}{rep.Text})
+	writeJSON(w, http.StatusOK, vllmapi.DetokenizeResponse{Prompt: rep.Text})
 	return nil
 }
 
@@ -226,7 +210,7 @@ func sessionID(r *http.Request, f *samplingFields) (string, error) {
 	}
 	if h := r.Header.Get(HeaderSessionID); h != "" {
 		if id != "" && id != h {
-			return "", badRequest("the %s header %.64q and the body's session_id %.64q differ", HeaderSessionID, h, id)
+			return "", vllmapi.BadRequest("the %s header %.64q and the body's session_id %.64q differ", HeaderSessionID, h, id)
 		}
 		id = h
 	}
@@ -282,9 +266,7 @@ func (g *Gateway) run(ctx context.Context, c *call) error {
 		if err := c.lease.reserve(c.prompt, c.maxTokens); err != nil {
 			return err
 		}
-		for _, seg := range c.lease.s.segs {
-			turn += len(seg.ranges)
-		}
+		turn = c.lease.callsMade()
 	}
 	start := time.Now()
 	reply, err := g.generate(ctx, c.key, turn, c.prompt, c.sampling, c.maxTokens)
@@ -381,25 +363,48 @@ type chatLogprob struct {
 	TopLogprobs []chatLogprob `json:"top_logprobs"`
 }
 
-func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
+// generationRequest is the body of a generation endpoint.
+type generationRequest interface {
+	*chatRequest | *completionRequest
+	fields() *samplingFields
+}
+
+// fields returns the request fields both generation endpoints share.
+func (f *samplingFields) fields() *samplingFields { return f }
+
+// beginGeneration reads and decodes a generation request with decode, opens (or continues)
+// its session and checks the model it names. The caller ends the call.
+func beginGeneration[R generationRequest](g *Gateway, w http.ResponseWriter, r *http.Request,
+	decode func([]byte) (R, messages.SamplingParams, error),
+) (R, *call, messages.ModelInfo, error) {
 	body, err := g.readBody(w, r)
 	if err != nil {
-		return err
+		return nil, nil, messages.ModelInfo{}, err
 	}
-	req, sp, err := decodeChat(body)
+	req, sp, err := decode(body)
 	if err != nil {
-		return err
+		return nil, nil, messages.ModelInfo{}, err
 	}
-	c, err := g.begin(r, &req.samplingFields)
+	c, err := g.begin(r, req.fields())
+	if err != nil {
+		return nil, nil, messages.ModelInfo{}, err
+	}
+	model, err := g.served(r.Context(), req.fields().Model)
+	if err != nil {
+		c.end()
+		return nil, nil, messages.ModelInfo{}, err
+	}
+	c.sampling = sp
+	return req, c, model, nil
+}
+
+func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
+	req, c, model, err := beginGeneration(g, w, r, decodeChat)
 	if err != nil {
 		return err
 	}
 	defer c.end()
 	ctx := r.Context()
-	model, err := g.served(ctx, req.Model)
-	if err != nil {
-		return err
-	}
 	c.prompt, err = g.tokenize(ctx, &messages.ChatTokenizeRequest{
 		EpisodeID: c.key, Messages: plainMessages(req.Messages), AddGenerationPrompt: req.addGenerationPrompt(),
 		ContinueFinalMessage: req.ContinueFinalMessage, AddSpecialTokens: req.AddSpecialTokens,
@@ -409,7 +414,7 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(c.prompt) == 0 {
-		return badRequest("the rendered prompt is empty")
+		return vllmapi.BadRequest("the rendered prompt is empty")
 	}
 	requested := req.MaxCompletionTokens
 	if requested == nil {
@@ -418,7 +423,7 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 	if c.maxTokens, err = maxTokens(requested, len(c.prompt), int(model.MaxModelLen), fallbackMaxTokens, true); err != nil {
 		return err
 	}
-	c.sampling, c.pieces = sp, req.Logprobs
+	c.pieces = req.Logprobs
 	c.promptText = req.Messages[len(req.Messages)-1].Content
 	if err := g.run(ctx, c); err != nil {
 		return err
@@ -486,24 +491,12 @@ type completionLogprobs struct {
 }
 
 func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error {
-	body, err := g.readBody(w, r)
-	if err != nil {
-		return err
-	}
-	req, sp, err := decodeCompletion(body)
-	if err != nil {
-		return err
-	}
-	c, err := g.begin(r, &req.samplingFields)
+	req, c, model, err := beginGeneration(g, w, r, decodeCompletion)
 	if err != nil {
 		return err
 	}
 	defer c.end()
 	ctx := r.Context()
-	model, err := g.served(ctx, req.Model)
-	if err != nil {
-		return err
-	}
 	if req.Prompt.isText {
 		c.promptText = req.Prompt.text
 		c.prompt, err = g.tokenize(ctx, &messages.ChatTokenizeRequest{
@@ -513,7 +506,7 @@ func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error
 			return err
 		}
 		if len(c.prompt) == 0 {
-			return badRequest("the tokenized prompt is empty")
+			return vllmapi.BadRequest("the tokenized prompt is empty")
 		}
 	} else {
 		c.prompt = req.Prompt.ids
@@ -521,7 +514,7 @@ func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error
 	if c.maxTokens, err = maxTokens(req.MaxTokens, len(c.prompt), int(model.MaxModelLen), 16, false); err != nil {
 		return err
 	}
-	c.sampling, c.pieces = sp, req.Logprobs != nil
+	c.pieces = req.Logprobs != nil
 	if err := g.run(ctx, c); err != nil {
 		return err
 	}
@@ -596,7 +589,7 @@ type finishResponse struct {
 // outcome checks a finish request and fills in the defaults.
 func (g *Gateway) outcome(session string, req *finishRequest) (*outcome, error) {
 	if req.Reward == nil {
-		return nil, badRequest("reward is required")
+		return nil, vllmapi.BadRequest("reward is required")
 	}
 	o := &outcome{
 		reward: *req.Reward, scores: *req.Reward, extraLogs: req.ExtraLogs, info: req.Info,
@@ -619,13 +612,13 @@ func (g *Gateway) outcome(session string, req *finishRequest) (*outcome, error) 
 	}
 	switch {
 	case len(o.env) > messages.MaxIDLength:
-		return nil, badRequest("env is %d bytes, longer than %d", len(o.env), messages.MaxIDLength)
+		return nil, vllmapi.BadRequest("env is %d bytes, longer than %d", len(o.env), messages.MaxIDLength)
 	case len(o.groupID) > messages.MaxIDLength:
-		return nil, badRequest("group_id is %d bytes, longer than %d", len(o.groupID), messages.MaxIDLength)
+		return nil, vllmapi.BadRequest("group_id is %d bytes, longer than %d", len(o.groupID), messages.MaxIDLength)
 	case o.size < 1:
-		return nil, badRequest("group_size must be >= 1, got %d", o.size)
+		return nil, vllmapi.BadRequest("group_size must be >= 1, got %d", o.size)
 	case o.index < 0 || o.index >= o.size:
-		return nil, badRequest("sample_index must be in [0, %d), got %d", o.size, o.index)
+		return nil, vllmapi.BadRequest("sample_index must be in [0, %d), got %d", o.size, o.index)
 	}
 	return o, nil
 }
@@ -635,12 +628,8 @@ func (g *Gateway) handleFinish(w http.ResponseWriter, r *http.Request) error {
 	if err := checkSessionID(id); err != nil {
 		return err
 	}
-	body, err := g.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req finishRequest
-	if err := decodeJSON(body, &req); err != nil {
+	if err := g.readJSON(w, r, &req); err != nil {
 		return err
 	}
 	o, err := g.outcome(id, &req)
@@ -707,10 +696,7 @@ func (g *Gateway) handleDiscard(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	calls := 0
-	for _, seg := range l.s.segs {
-		calls += len(seg.ranges)
-	}
+	calls := l.callsMade()
 	if err := g.publishFailure(r.Context(), id, g.opts.Env, "session discarded by the client", calls); err != nil {
 		l.release(true, time.Now())
 		return fmt.Errorf("%w: publishing session %q: %w", ErrUnavailable, id, err)

@@ -214,6 +214,15 @@ func divergence(prompt, trace []int32) string {
 	return fmt.Sprintf("prompt differs from the session's %d-token trace at token %d (prompt has %d tokens)", len(trace), i, len(prompt))
 }
 
+// callsMade is the number of model calls the session has recorded over all its segments.
+func (l *lease) callsMade() int {
+	n := 0
+	for _, seg := range l.s.segs {
+		n += len(seg.ranges)
+	}
+	return n
+}
+
 // tokensHeld is the number of tokens the session holds over all its segments.
 func (l *lease) tokensHeld() int {
 	n := 0
@@ -257,11 +266,7 @@ type recorded struct {
 // begins a new segment.
 func (l *lease) record(prompt []int32, reply *messages.GenerateReply, promptText string, genNanos int64, now time.Time) recorded {
 	s := l.s
-	calls := 0
-	for _, seg := range s.segs {
-		calls += len(seg.ranges)
-	}
-	rec := recorded{call: calls}
+	rec := recorded{call: l.callsMade()}
 	seg := l.current()
 	switch {
 	case seg == nil:

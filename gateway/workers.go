@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -63,7 +64,7 @@ const timeoutSlack = 250 * time.Millisecond
 func replyError(subject, text, code string, deadline int64) error {
 	switch code {
 	case messages.CodeContextLength, messages.CodeInvalid:
-		return &apiError{status: http.StatusBadRequest, err: errors.New(text)}
+		return &vllmapi.Error{Status: http.StatusBadRequest, Err: errors.New(text)}
 	case messages.CodeUnavailable:
 		if time.Now().Add(timeoutSlack).UnixNano() >= deadline {
 			return fmt.Errorf("%w: %s", ErrTimeout, text)
@@ -124,7 +125,7 @@ func (g *Gateway) served(ctx context.Context, name string) (messages.ModelInfo, 
 			return m, nil
 		}
 	}
-	return messages.ModelInfo{}, statusError(http.StatusNotFound, "The model `%s` does not exist.", name)
+	return messages.ModelInfo{}, vllmapi.StatusError(http.StatusNotFound, "The model `%s` does not exist.", name)
 }
 
 // tokenize tokenizes text, or chat messages with the model's chat template, on the LLM

@@ -8,31 +8,12 @@ import (
 	"strings"
 
 	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 )
 
 // maxLogprobs is the most alternatives a request may ask for per position,
 // vLLM's default --max-logprobs.
 const maxLogprobs = 20
-
-// apiError is an error answered with an HTTP status and vLLM's error body.
-type apiError struct {
-	status int
-	err    error
-}
-
-func (e *apiError) Error() string { return e.err.Error() }
-
-func (e *apiError) Unwrap() error { return e.err }
-
-// statusError returns an apiError; format and args are as for fmt.Errorf.
-func statusError(status int, format string, args ...any) *apiError {
-	return &apiError{status, fmt.Errorf(format, args...)}
-}
-
-// badRequest returns a 400 apiError.
-func badRequest(format string, args ...any) *apiError {
-	return statusError(http.StatusBadRequest, format, args...)
-}
 
 // errorType is the "type" of vLLM's error body for an HTTP status.
 func errorType(status int) string {
@@ -119,41 +100,19 @@ type tokenizeRequest struct {
 	ReturnTokenStrs      bool          `json:"return_token_strs"`
 }
 
-// tokenizeResponse is the answer of POST /tokenize.
-type tokenizeResponse struct {
-	Count       int      `json:"count"`
-	MaxModelLen int      `json:"max_model_len"`
-	Tokens      []int32  `json:"tokens"`
-	TokenStrs   []string `json:"token_strs"`
-}
-
 // detokenizeRequest is the body of POST /detokenize.
 type detokenizeRequest struct {
 	Model  string  `json:"model"`
 	Tokens []int32 `json:"tokens"`
 }
 
-// detokenizeResponse is the answer of POST /detokenize.
-type detokenizeResponse struct {
-	Prompt string `json:"prompt"`
-}
-
-// modelList is the answer of GET /v1/models.
-type modelList struct {
-	Object string      `json:"object"`
-	Data   []modelCard `json:"data"`
-}
-
-// modelCard describes the served model as vLLM does.
-type modelCard struct {
-	ID          string  `json:"id"`
-	Object      string  `json:"object"`
-	Created     int64   `json:"created"`
-	OwnedBy     string  `json:"owned_by"`
-	Root        string  `json:"root"`
-	Parent      *string `json:"parent"`
-	MaxModelLen int     `json:"max_model_len"`
-}
+// The answers of the endpoints off the hot path have the shapes the gateway
+// answers with too.
+type (
+	tokenizeResponse   = vllmapi.TokenizeResponse
+	detokenizeResponse = vllmapi.DetokenizeResponse
+	modelCard          = vllmapi.ModelCard
+)
 
 // promptInput is a completion prompt: a list of token ids or a string.
 type promptInput struct {
@@ -424,15 +383,15 @@ func (m *chatMessage) UnmarshalJSON(b []byte) error {
 // continueFinal the last message is left open, so the model continues it.
 func renderMessages(msgs []chatMessage, addGenerationPrompt, continueFinal bool) (string, error) {
 	if len(msgs) == 0 {
-		return "", badRequest("messages must not be empty")
+		return "", vllmapi.BadRequest("messages must not be empty")
 	}
 	if addGenerationPrompt && continueFinal {
-		return "", badRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+		return "", vllmapi.BadRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
 	}
 	plain := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		if m.Role == "" {
-			return "", badRequest("messages[%d]: role is required", i)
+			return "", vllmapi.BadRequest("messages[%d]: role is required", i)
 		}
 		plain[i] = m.Message
 	}
@@ -449,25 +408,25 @@ func renderMessages(msgs []chatMessage, addGenerationPrompt, continueFinal bool)
 func (r *samplingRequest) genParams() (genParams, error) {
 	switch {
 	case r.Stream:
-		return genParams{}, badRequest("stream is not supported by toyllm")
+		return genParams{}, vllmapi.BadRequest("stream is not supported by toyllm")
 	case r.Echo:
-		return genParams{}, badRequest("echo is not supported by toyllm")
+		return genParams{}, vllmapi.BadRequest("echo is not supported by toyllm")
 	case r.BestOf != nil && *r.BestOf != 1:
-		return genParams{}, badRequest("best_of is not supported by toyllm")
+		return genParams{}, vllmapi.BadRequest("best_of is not supported by toyllm")
 	case r.UseBeamSearch:
-		return genParams{}, badRequest("use_beam_search is not supported by toyllm")
+		return genParams{}, vllmapi.BadRequest("use_beam_search is not supported by toyllm")
 	case r.MinTokens != 0:
-		return genParams{}, badRequest("min_tokens is not supported by toyllm")
+		return genParams{}, vllmapi.BadRequest("min_tokens is not supported by toyllm")
 	case r.PresencePenalty != 0, r.FrequencyPenalty != 0, r.RepetitionPenalty != nil && *r.RepetitionPenalty != 1:
-		return genParams{}, badRequest("presence, frequency and repetition penalties are not supported by toyllm")
+		return genParams{}, vllmapi.BadRequest("presence, frequency and repetition penalties are not supported by toyllm")
 	case len(r.LogitBias) > 0:
-		return genParams{}, badRequest("logit_bias is not supported by toyllm")
+		return genParams{}, vllmapi.BadRequest("logit_bias is not supported by toyllm")
 	case r.PromptLogprobs != nil:
-		return genParams{}, badRequest("prompt_logprobs is not supported by toyllm")
+		return genParams{}, vllmapi.BadRequest("prompt_logprobs is not supported by toyllm")
 	case r.Priority != 0:
-		return genParams{}, badRequest("priority scheduling is not enabled on toyllm")
+		return genParams{}, vllmapi.BadRequest("priority scheduling is not enabled on toyllm")
 	case r.N != nil && *r.N != 1:
-		return genParams{}, badRequest("n must be 1 (toyllm generates one sequence per request), got %d", *r.N)
+		return genParams{}, vllmapi.BadRequest("n must be 1 (toyllm generates one sequence per request), got %d", *r.N)
 	}
 	gp := genParams{
 		sampling:    samplingParams{temperature: 1, topP: 1},
@@ -479,25 +438,25 @@ func (r *samplingRequest) genParams() (genParams, error) {
 	}
 	if t := r.Temperature; t != nil {
 		if *t < 0 {
-			return genParams{}, badRequest("temperature must be non-negative, got %g.", *t)
+			return genParams{}, vllmapi.BadRequest("temperature must be non-negative, got %g.", *t)
 		}
 		gp.sampling.temperature = *t
 	}
 	if p := r.TopP; p != nil {
 		if *p <= 0 || *p > 1 {
-			return genParams{}, badRequest("top_p must be in (0, 1], got %g.", *p)
+			return genParams{}, vllmapi.BadRequest("top_p must be in (0, 1], got %g.", *p)
 		}
 		gp.sampling.topP = *p
 	}
 	if k := r.TopK; k != nil {
 		if *k < -1 {
-			return genParams{}, badRequest("top_k must be -1 or 0 (disable), or at least 1, got %d.", *k)
+			return genParams{}, vllmapi.BadRequest("top_k must be -1 or 0 (disable), or at least 1, got %d.", *k)
 		}
 		gp.sampling.topK = max(*k, 0)
 	}
 	if p := r.MinP; p != nil {
 		if *p < 0 || *p > 1 {
-			return genParams{}, badRequest("min_p must be in [0, 1], got %g.", *p)
+			return genParams{}, vllmapi.BadRequest("min_p must be in [0, 1], got %g.", *p)
 		}
 		gp.sampling.minP = *p
 	}
@@ -506,7 +465,7 @@ func (r *samplingRequest) genParams() (genParams, error) {
 	}
 	for _, s := range r.Stop {
 		if s == "" {
-			return genParams{}, badRequest("stop cannot contain an empty string.")
+			return genParams{}, vllmapi.BadRequest("stop cannot contain an empty string.")
 		}
 	}
 	return gp, nil
@@ -515,10 +474,10 @@ func (r *samplingRequest) genParams() (genParams, error) {
 // checkMaxTokens validates max_tokens against the context window.
 func checkMaxTokens(maxTokens, promptLen, maxModelLen int) error {
 	if maxTokens < 1 {
-		return badRequest("max_tokens must be at least 1, got %d.", maxTokens)
+		return vllmapi.BadRequest("max_tokens must be at least 1, got %d.", maxTokens)
 	}
 	if promptLen+maxTokens > maxModelLen {
-		return badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+		return vllmapi.BadRequest("This model's maximum context length is %d tokens. However, you requested %d tokens "+
 			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 			maxModelLen, promptLen+maxTokens, promptLen, maxTokens)
 	}

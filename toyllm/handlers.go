@@ -10,20 +10,8 @@ import (
 	"time"
 
 	"github.com/rollfleet/rollfleet/internal/jsonw"
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 )
-
-// jsonContentType is shared by every response; net/http never modifies it.
-var jsonContentType = []string{"application/json"}
-
-// writeBody writes a complete JSON response.
-func writeBody(w http.ResponseWriter, status int, body []byte) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
-	w.WriteHeader(status)
-	// A write error means the client went away; there is no one to tell.
-	_, _ = w.Write(body)
-}
 
 // writeJSON writes v with encoding/json, for the endpoints off the hot path.
 func (s *Server) writeJSON(w http.ResponseWriter, v any) {
@@ -32,16 +20,16 @@ func (s *Server) writeJSON(w http.ResponseWriter, v any) {
 		s.writeError(w, fmt.Errorf("encoding response: %w", err))
 		return
 	}
-	writeBody(w, http.StatusOK, body)
+	vllmapi.WriteBody(w, http.StatusOK, body)
 }
 
-// writeError answers err with vLLM's error body: its status for an
-// *apiError, 500 otherwise.
+// writeError answers err with vLLM's error body: its status for a
+// *vllmapi.Error, 500 otherwise.
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
-	var ae *apiError
+	var ae *vllmapi.Error
 	if errors.As(err, &ae) {
-		status = ae.status
+		status = ae.Status
 	}
 	// A 503 only means that the client left or the server is stopping.
 	if status >= 500 && status != http.StatusServiceUnavailable {
@@ -50,24 +38,7 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 		s.log.Debug("toyllm: request rejected", "status", status, "err", err)
 	}
 	body, _ := json.Marshal(errorBody{Object: "error", Message: err.Error(), Type: errorType(status), Code: status})
-	writeBody(w, status, body)
-}
-
-// readBody reads the request body into st.body, within the size limit.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, st *genState) error {
-	st.body.Reset()
-	if r.ContentLength > 0 {
-		st.body.Grow(int(min(r.ContentLength, s.maxBody)))
-	}
-	_, err := st.body.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return statusError(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", s.maxBody)
-	case err != nil:
-		return badRequest("reading request body: %w", err)
-	}
-	return nil
+	vllmapi.WriteBody(w, status, body)
 }
 
 // decode parses a JSON request body into v.
@@ -80,15 +51,15 @@ func decode(body []byte, v any) error {
 	// unmarshalers' errors already say what is wrong.
 	switch e := err.(type) {
 	case *json.SyntaxError:
-		return badRequest("invalid JSON body: %w", err)
+		return vllmapi.BadRequest("invalid JSON body: %w", err)
 	case *json.UnmarshalTypeError:
 		if e.Field == "" {
-			return badRequest("request body must be a JSON object")
+			return vllmapi.BadRequest("request body must be a JSON object")
 		}
 		field := strings.TrimPrefix(e.Field, "samplingRequest.")
-		return badRequest("invalid value for field %q: JSON %s where %s was expected", field, e.Value, e.Type)
+		return vllmapi.BadRequest("invalid value for field %q: JSON %s where %s was expected", field, e.Value, e.Type)
 	}
-	return badRequest("%w", err)
+	return vllmapi.BadRequest("%w", err)
 }
 
 // checkModel accepts an empty model name or the served one.
@@ -96,16 +67,16 @@ func (s *Server) checkModel(name string) error {
 	if name == "" || name == s.opts.Model {
 		return nil
 	}
-	return statusError(http.StatusNotFound, "The model `%s` does not exist.", name)
+	return vllmapi.StatusError(http.StatusNotFound, "The model `%s` does not exist.", name)
 }
 
 // checkLogprobCount validates a requested number of alternatives.
 func checkLogprobCount(n int) error {
 	if n < 0 {
-		return badRequest("logprobs must be non-negative, got %d", n)
+		return vllmapi.BadRequest("logprobs must be non-negative, got %d", n)
 	}
 	if n > maxLogprobs {
-		return badRequest("Requested sample logprobs of %d, which is greater than max allowed: %d", n, maxLogprobs)
+		return vllmapi.BadRequest("Requested sample logprobs of %d, which is greater than max allowed: %d", n, maxLogprobs)
 	}
 	return nil
 }
@@ -132,7 +103,7 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request,
 		return
 	}
 	st.resp = appendResponse(s, st.resp[:0], st, ro)
-	writeBody(w, http.StatusOK, st.resp)
+	vllmapi.WriteBody(w, http.StatusOK, st.resp)
 }
 
 // serveJSON answers a request off the hot path with what answer returns,
@@ -153,7 +124,7 @@ func serveJSON[T any](s *Server, w http.ResponseWriter, r *http.Request,
 // readRequest reads a request body into st and decodes it into req, then
 // checks the model it names; model points at req's model field.
 func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, st *genState, req any, model *string) error {
-	if err := s.readBody(w, r, st); err != nil {
+	if err := vllmapi.ReadBody(w, r, s.maxBody, &st.body); err != nil {
 		return err
 	}
 	if err := decode(st.body.Bytes(), req); err != nil {
@@ -169,7 +140,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 // completion validates a /v1/completions request and generates its answer
 // into st.
 func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState) (responseOptions, error) {
-	if err := s.readBody(w, r, st); err != nil {
+	if err := vllmapi.ReadBody(w, r, s.maxBody, &st.body); err != nil {
 		return responseOptions{}, err
 	}
 	body := st.body.Bytes()
@@ -177,7 +148,7 @@ func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState
 	req.Prompt.ids = st.prompt[:0]
 	if start, end, ok := findPromptList(body); ok {
 		if err := req.Prompt.parseIDs(body[start:end]); err != nil {
-			return responseOptions{}, badRequest("%w", err)
+			return responseOptions{}, vllmapi.BadRequest("%w", err)
 		}
 		req.Prompt.set = true
 		st.rest = append(append(append(st.rest[:0], body[:start]...), "null"...), body[end:]...)
@@ -195,14 +166,14 @@ func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState
 	}
 	switch {
 	case !req.Prompt.set:
-		return responseOptions{}, badRequest("prompt is required")
+		return responseOptions{}, vllmapi.BadRequest("prompt is required")
 	case req.Prompt.isText:
 		st.prompt = appendEncode(req.Prompt.ids, req.Prompt.text)
 	default:
 		st.prompt = req.Prompt.ids
 	}
 	if len(st.prompt) == 0 {
-		return responseOptions{}, badRequest("prompt must not be empty")
+		return responseOptions{}, vllmapi.BadRequest("prompt must not be empty")
 	}
 	gp.maxTokens = 16
 	if req.MaxTokens != nil {
@@ -248,7 +219,7 @@ func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genS
 	case req.MaxTokens != nil:
 		gp.maxTokens = *req.MaxTokens
 	case len(st.prompt) >= maxLen:
-		return responseOptions{}, badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
+		return responseOptions{}, vllmapi.BadRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
 			"Please reduce the length of the input messages.", maxLen, len(st.prompt))
 	default:
 		// Like vLLM: whatever room the context window leaves.
@@ -260,7 +231,7 @@ func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genS
 	ro := responseOptions{logprobs: req.Logprobs, asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs}
 	if req.TopLogprobs != nil {
 		if !req.Logprobs && *req.TopLogprobs > 0 {
-			return responseOptions{}, badRequest("when using `top_logprobs`, `logprobs` must be set to true.")
+			return responseOptions{}, vllmapi.BadRequest("when using `top_logprobs`, `logprobs` must be set to true.")
 		}
 		if err := checkLogprobCount(*req.TopLogprobs); err != nil {
 			return responseOptions{}, err
@@ -284,7 +255,7 @@ func (s *Server) tokenize(r *http.Request, w http.ResponseWriter, st *genState) 
 	var text string
 	switch {
 	case req.Prompt != nil && req.Messages != nil:
-		return tokenizeResponse{}, badRequest("give either prompt or messages, not both")
+		return tokenizeResponse{}, vllmapi.BadRequest("give either prompt or messages, not both")
 	case req.Prompt != nil:
 		text = *req.Prompt
 	case req.Messages != nil:
@@ -294,7 +265,7 @@ func (s *Server) tokenize(r *http.Request, w http.ResponseWriter, st *genState) 
 			return tokenizeResponse{}, err
 		}
 	default:
-		return tokenizeResponse{}, badRequest("prompt or messages is required")
+		return tokenizeResponse{}, vllmapi.BadRequest("prompt or messages is required")
 	}
 	ids := Tokenizer{}.Encode(text)
 	resp := tokenizeResponse{Count: len(ids), MaxModelLen: s.opts.MaxModelLen, Tokens: ids}
@@ -319,14 +290,14 @@ func (s *Server) detokenize(r *http.Request, w http.ResponseWriter, st *genState
 	}
 	for _, id := range req.Tokens {
 		if !inVocab(id) {
-			return detokenizeResponse{}, badRequest("Token id %d is out of vocabulary", id)
+			return detokenizeResponse{}, vllmapi.BadRequest("Token id %d is out of vocabulary", id)
 		}
 	}
 	return detokenizeResponse{Prompt: Tokenizer{}.Decode(req.Tokens)}, nil
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
-	s.writeJSON(w, modelList{Object: "list", Data: []modelCard{{
+	s.writeJSON(w, vllmapi.ModelList[modelCard]{Object: "list", Data: []modelCard{{
 		ID: s.opts.Model, Object: "model", Created: s.created, OwnedBy: "vllm",
 		Root: s.opts.Model, MaxModelLen: s.opts.MaxModelLen,
 	}}})

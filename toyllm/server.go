@@ -2,7 +2,6 @@ package toyllm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rollfleet/rollfleet/internal/jsonw"
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
 )
 
 // Defaults of Options.
@@ -130,37 +130,8 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 // accepting, lets in-flight requests finish for a grace period, and aborts
 // the ones still running after it. It closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	// Requests get a context of their own, cancelled only when the grace
-	// period is over.
-	reqCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
-	defer abort()
-	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
 	s.log.Info("toyllm: serving", "addr", ln.Addr().String(), "model", s.opts.Model)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		// The listener failed; drop the connections it had accepted.
-		abort()
-		_ = srv.Close()
-		return fmt.Errorf("toyllm: serve: %w", err)
-	case <-ctx.Done():
-	}
-	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
-		abort()
-		if err := srv.Close(); err != nil {
-			s.log.Warn("toyllm: close", "err", err)
-		}
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+	if err := vllmapi.Serve(ctx, ln, s.handler, shutdownGrace, s.log); err != nil {
 		return fmt.Errorf("toyllm: serve: %w", err)
 	}
 	return nil
@@ -176,19 +147,15 @@ func (s *Server) Start(ctx context.Context, addr string) (url string, stop func(
 	if err != nil {
 		return "", nil, fmt.Errorf("toyllm: listen on %s: %w", addr, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Serve(ctx, ln); err != nil {
+	url, stopServe := vllmapi.Start(ctx, ln, func(ctx context.Context, ln net.Listener) error {
+		err := s.Serve(ctx, ln)
+		if err != nil {
 			s.log.Error("toyllm: stopped", "err", err)
 		}
-	}()
-	stop = sync.OnceFunc(func() {
-		cancel()
-		<-done
+		return err
 	})
-	return "http://" + ln.Addr().String(), stop, nil
+	// The error has been logged: the callers of Start have no use for it.
+	return url, func() { _ = stopServe() }, nil
 }
 
 // acquire takes a generation slot, waiting while all are busy.
@@ -202,7 +169,7 @@ func (s *Server) acquire(ctx context.Context) error {
 			select {
 			case s.slots <- struct{}{}:
 			case <-ctx.Done():
-				return statusError(http.StatusServiceUnavailable, "request cancelled while waiting for a generation slot: %w", ctx.Err())
+				return vllmapi.StatusError(http.StatusServiceUnavailable, "request cancelled while waiting for a generation slot: %w", ctx.Err())
 			}
 		}
 	}
@@ -234,7 +201,7 @@ func (s *Server) run(ctx context.Context, st *genState, gp *genParams) error {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return statusError(http.StatusServiceUnavailable, "request cancelled during generation: %w", ctx.Err())
+			return vllmapi.StatusError(http.StatusServiceUnavailable, "request cancelled during generation: %w", ctx.Err())
 		}
 	}
 	if s.opts.Record != nil {

@@ -86,8 +86,12 @@ type Collector struct {
 	log  *slog.Logger
 
 	// Only the consume goroutine touches these, except stats under mu.
-	steps    jetstream.Stream // set by Run before the first message
-	episodes map[string]*partial
+	steps jetstream.Stream // set by Run before the first message
+	// episodes holds the runs being assembled, by episode and attempt. A
+	// redelivered episode usually has one live run, but a worker that lost
+	// touch with the server for a while may finish its run after another
+	// worker took the episode over: the first run to finish decides it.
+	episodes map[string]map[int32]*partial
 	finished *recent
 	groups   map[string]*group
 
@@ -101,7 +105,7 @@ func New(js jetstream.JetStream, opts Options) *Collector {
 	opts.setDefaults()
 	c := &Collector{
 		js: js, opts: opts, log: opts.Logger.With("actor", "collector"),
-		episodes: make(map[string]*partial),
+		episodes: make(map[string]map[int32]*partial),
 		finished: newRecent(1 << 18),
 		groups:   make(map[string]*group),
 	}
@@ -214,17 +218,8 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack() // a redelivery of an episode already decided
 		return
 	}
-	p := c.episodes[ev.EpisodeID]
-	if p != nil && p.outcome == nil && ev.Attempt > p.attempt {
-		// The episode was delivered again and started over: what the
-		// earlier run left is superseded, whatever turn it reached.
-		delete(c.episodes, ev.EpisodeID)
-		p = nil
-	}
-	if p != nil && ev.Attempt < p.attempt {
-		_ = m.Ack() // a step of a superseded run
-		return
-	}
+	runs := c.episodes[ev.EpisodeID]
+	p := runs[ev.Attempt]
 	if p == nil {
 		p = &partial{attempt: ev.Attempt, pending: map[int32]*messages.StepEvent{}}
 		if ev.Turn > 0 {
@@ -242,7 +237,11 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 				return
 			}
 		}
-		c.episodes[ev.EpisodeID] = p
+		if runs == nil {
+			runs = make(map[int32]*partial, 1)
+			c.episodes[ev.EpisodeID] = runs
+		}
+		runs[ev.Attempt] = p
 		c.count(func(*Stats) {}) // refreshes InFlight
 	}
 	if ev.Turn < p.next && p.outcome == nil {
@@ -280,9 +279,13 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 	var p *partial
 	msgID := ""
 	if open {
-		p = c.episodes[id]
+		for _, run := range c.episodes[id] {
+			if run.req != nil {
+				p = run
+			}
+		}
 		f.EpisodeID, msgID = id, messages.TrajectoryMsgID(id)
-		if p != nil && p.req != nil {
+		if p != nil {
 			f.GroupID, f.Env = p.req.GroupID, p.req.Env
 		}
 	}

@@ -655,7 +655,10 @@ func TestRecentIsBounded(t *testing.T) {
 // TestLatestAttemptWins: an episode delivered again starts over, and its
 // steps carry the new attempt. Whatever the first run stored, however far
 // it got, the trajectory is built from one run only.
-func TestLatestAttemptWins(t *testing.T) {
+// TestFirstFinishedAttemptWins: runs of one episode are assembled apart and
+// never spliced; the first to finish is the episode's outcome, whichever
+// attempt it is.
+func TestFirstFinishedAttemptWins(t *testing.T) {
 	stale := func(turns int) []*messages.StepEvent {
 		steps, _ := threeTurns()
 		out := steps[:turns]
@@ -687,6 +690,22 @@ func TestLatestAttemptWins(t *testing.T) {
 		{"old run's steps arrive late", func() []*messages.StepEvent {
 			r := rerun()
 			return append([]*messages.StepEvent{r[0], r[1]}, append(stale(2), r[2])...)
+		}},
+		{"old run finishes while the new one stalls", func() []*messages.StepEvent {
+			// A worker cut off from the server was taken over, but came
+			// back and finished; the taker-over then died.
+			old := rerun()
+			for _, ev := range old {
+				ev.Attempt = 1
+			}
+			stalled := stale(2)
+			for _, ev := range stalled {
+				ev.Attempt = 2
+			}
+			return []*messages.StepEvent{old[0], stalled[0], old[1], stalled[1], old[2]}
+		}},
+		{"later steps of a run after the outcome", func() []*messages.StepEvent {
+			return append(rerun(), stale(2)...)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -70,7 +70,11 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 	}
 	w.live.Store(ep, msg)
 	defer w.live.Delete(ep)
-	err = ep.runSafely(ctx)
+	if ep.attempt > int32(w.opts.MaxDeliver) {
+		err = ep.giveUp(ctx)
+	} else {
+		err = ep.runSafely(ctx)
+	}
 	if errors.Is(err, errDecided) {
 		w.finished.Add(1)
 		if err := msg.DoubleAck(ctx); err != nil {
@@ -99,6 +103,21 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 	if err := msg.DoubleAck(ctx); err != nil {
 		w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
 	}
+}
+
+// giveUp ends an episode delivered more often than allowed: the last allowed
+// delivery ended without an outcome (its worker died), so one is recorded
+// now instead of playing once more — unless an earlier run finished after
+// all.
+func (e *episode) giveUp(ctx context.Context) error {
+	prior, err := e.w.loadPriorRun(ctx, e.req.EpisodeID)
+	if err != nil {
+		return err
+	}
+	if prior != nil && prior.decided {
+		return errDecided
+	}
+	return fmt.Errorf("%w: gave up after %d deliveries without an outcome (workers stopped, or the model side stayed down)", errEpisode, e.attempt-1)
 }
 
 // runSafely runs the episode and turns a panic (a bug in a game, say) into

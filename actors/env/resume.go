@@ -13,8 +13,10 @@ import (
 // priorRun is what an earlier delivery of an episode left in the steps
 // stream: its latest attempt's steps from turn 0, without gaps.
 type priorRun struct {
-	steps   []*messages.StepEvent
-	decided bool // the run published its terminal step: the outcome is the collector's
+	steps []*messages.StepEvent
+	// decided is set when any earlier run published its terminal step: the
+	// collector takes the first run to finish, so the outcome is its.
+	decided bool
 }
 
 // loadPriorRun reads the episode's stored steps and keeps the longest
@@ -47,19 +49,25 @@ func (w *Worker) loadPriorRun(ctx context.Context, id string) (*priorRun, error)
 	}
 	var best *priorRun
 	var bestAttempt int32
+	decided := false
 	for attempt, turns := range byAttempt {
-		if turns[0] == nil || turns[0].Episode == nil || (best != nil && attempt < bestAttempt) {
+		if turns[0] == nil || turns[0].Episode == nil {
 			continue
 		}
 		run := &priorRun{}
 		for t := int32(0); turns[t] != nil; t++ {
 			run.steps = append(run.steps, turns[t])
 			if turns[t].Done {
-				run.decided = true
+				decided = true
 				break
 			}
 		}
-		best, bestAttempt = run, attempt
+		if best == nil || attempt > bestAttempt {
+			best, bestAttempt = run, attempt
+		}
+	}
+	if best != nil {
+		best.decided = decided
 	}
 	return best, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -307,6 +308,9 @@ func TestLoadPriorRun(t *testing.T) {
 		{"terminal step decides", func(id string) []*messages.StepEvent {
 			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, true)}
 		}, 2, true, false},
+		{"an earlier run that finished decides", func(id string) []*messages.StepEvent {
+			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 2, 0, false), step(id, 1, 1, true)}
+		}, 1, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, toyllm.Options{})
@@ -332,5 +336,51 @@ func TestLoadPriorRun(t *testing.T) {
 				t.Fatalf("got %+v, want %d turns, decided %v", run, tc.wantTurns, tc.wantDecided)
 			}
 		})
+	}
+}
+
+// TestDeliveriesBeyondTheLimit: a worker dies during an episode's last
+// allowed delivery; the next delivery records the failure at once instead
+// of leaving the episode with no outcome.
+func TestDeliveriesBeyondTheLimit(t *testing.T) {
+	s := bustest.RunServer(t)
+	srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: 5 * time.Millisecond}).Handler())
+	t.Cleanup(srv.Close)
+	js, coll, ctx, start := resumeHarness(t, s, srv.URL)
+	opts := Options{Concurrency: 4, AckWait: time.Second, MaxDeliver: 1}
+	jsA := bustest.JetStream(t, s, "env-a")
+	a, err := New(jsA.Conn(), jsA, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxA, stopA := context.WithCancel(ctx)
+	doneA := make(chan struct{})
+	go func() { defer close(doneA); _ = a.Run(ctxA) }()
+	submitEpisodes(t, js, 1, messages.ObsChat)
+	waitSteps(t, js, 1)
+	jsA.Conn().Close()
+	stopA()
+	<-doneA
+
+	jsB := bustest.JetStream(t, s, "env-b")
+	b, err := New(jsB.Conn(), jsB, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(b.Run)
+	cons, err := js.OrderedConsumer(ctx, messages.NewSubjects("").StreamFailures(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+	if err != nil {
+		t.Fatalf("no failure record: %v (collector %+v)", err, coll.Stats())
+	}
+	f, err := messages.Decode[messages.Failure](m.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.EpisodeID != "ep-00" || !strings.Contains(f.Reason, "gave up after 1 deliveries without an outcome") {
+		t.Fatalf("failure %+v", f)
 	}
 }

@@ -50,7 +50,9 @@ type Options struct {
 	// (default 1m).
 	AckWait time.Duration
 	// MaxDeliver is how often an episode is delivered before its failure is
-	// recorded instead of handing it back once more (default 5).
+	// recorded instead of handing it back once more (default 5). A delivery
+	// beyond it (its worker died during the last one) records the failure
+	// at once.
 	MaxDeliver int
 	// RetryDelay is how long a handed-back episode waits, times its
 	// delivery count, capped at 30s (default 1s).
@@ -158,10 +160,13 @@ func (w *Worker) Stats() Stats {
 func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 	opts.setDefaults()
 	cfg := jetstream.ConsumerConfig{
-		Durable:    opts.Durable,
-		AckPolicy:  jetstream.AckExplicitPolicy,
-		AckWait:    opts.AckWait,
-		MaxDeliver: opts.MaxDeliver,
+		Durable:   opts.Durable,
+		AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait:   opts.AckWait,
+		// No server-side limit: a worker killed during the last allowed
+		// delivery would leave the episode with no outcome. The worker
+		// counts deliveries itself and records the failure (see runEpisode).
+		MaxDeliver: -1,
 		// Each worker bounds itself by Concurrency; this bounds the fleet.
 		MaxAckPending: 1 << 16,
 		FilterSubject: opts.Subjects.EpisodesAll(),

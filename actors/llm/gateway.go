@@ -63,17 +63,12 @@ func (e *endpoint) piecesOf(ctx context.Context, ids []int32) ([]string, error) 
 
 func (w *Worker) serveTokenizeChat(ctx context.Context, data []byte) *messages.TokenizeReply {
 	req, err := messages.Decode[messages.ChatTokenizeRequest](data)
-	if err != nil {
-		w.malformed.Add(1)
-		w.errs.Add(1)
-		return &messages.TokenizeReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
-	}
-	ctx, cancel := withDeadline(ctx, req.Deadline)
-	defer cancel()
-	if ctx.Err() != nil {
-		w.expired.Add(1)
-		return &messages.TokenizeReply{V: messages.Version, Error: errExpired.Error(), Code: messages.CodeUnavailable}
-	}
+	return serve(ctx, w, req, err, func(r *messages.ChatTokenizeRequest) int64 { return r.Deadline }, tokenizeFailed, w.chatTokenizeReply)
+}
+
+// chatTokenizeReply asks a model server to render req's messages with the chat
+// template and tokenize them.
+func (w *Worker) chatTokenizeReply(ctx context.Context, req *messages.ChatTokenizeRequest) *messages.TokenizeReply {
 	treq := vllm.TokenizeRequest{
 		Messages:             make([]vllm.Message, len(req.Messages)),
 		AddGenerationPrompt:  req.AddGenerationPrompt,
@@ -85,33 +80,28 @@ func (w *Worker) serveTokenizeChat(ctx context.Context, data []byte) *messages.T
 		treq.Messages[i] = vllm.Message{Role: m.Role, Content: m.Content}
 	}
 	var ids []int32
-	_, err = w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
+	_, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
 		var err error
 		ids, err = e.client.Tokenize(ctx, treq)
 		return err
 	})
 	if err != nil {
-		return &messages.TokenizeReply{V: messages.Version, Error: err.Error(), Code: errorCode(err)}
+		return tokenizeFailed(err.Error(), errorCode(err))
 	}
 	return &messages.TokenizeReply{V: messages.Version, Tokens: ids}
 }
 
 func (w *Worker) serveDetokenize(ctx context.Context, data []byte) *messages.DetokenizeReply {
 	req, err := messages.Decode[messages.DetokenizeRequest](data)
-	if err != nil {
-		w.malformed.Add(1)
-		w.errs.Add(1)
-		return &messages.DetokenizeReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
-	}
-	ctx, cancel := withDeadline(ctx, req.Deadline)
-	defer cancel()
-	if ctx.Err() != nil {
-		w.expired.Add(1)
-		return &messages.DetokenizeReply{V: messages.Version, Error: errExpired.Error(), Code: messages.CodeUnavailable}
-	}
+	return serve(ctx, w, req, err, func(r *messages.DetokenizeRequest) int64 { return r.Deadline }, detokenizeFailed, w.detokenizeReply)
+}
+
+// detokenizeReply asks a model server for the text of req's tokens and, when req
+// asks for them, each token's own text.
+func (w *Worker) detokenizeReply(ctx context.Context, req *messages.DetokenizeRequest) *messages.DetokenizeReply {
 	var text string
 	var pieces []string
-	_, err = w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
+	_, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
 		var err error
 		if text, err = e.client.Detokenize(ctx, req.Tokens); err != nil {
 			return err
@@ -122,7 +112,7 @@ func (w *Worker) serveDetokenize(ctx context.Context, data []byte) *messages.Det
 		return err
 	})
 	if err != nil {
-		return &messages.DetokenizeReply{V: messages.Version, Error: err.Error(), Code: errorCode(err)}
+		return detokenizeFailed(err.Error(), errorCode(err))
 	}
 	return &messages.DetokenizeReply{V: messages.Version, Text: text, Pieces: pieces}
 }
@@ -131,26 +121,24 @@ func (w *Worker) serveDetokenize(ctx context.Context, data []byte) *messages.Det
 // Options.Model, or the first model a server lists, with its context window.
 func (w *Worker) serveModelInfo(ctx context.Context, data []byte) *messages.ModelInfoReply {
 	req, err := messages.Decode[messages.ModelInfoRequest](data)
-	if err != nil {
-		w.malformed.Add(1)
-		w.errs.Add(1)
-		return &messages.ModelInfoReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
-	}
-	ctx, cancel := withDeadline(ctx, req.Deadline)
-	defer cancel()
+	return serve(ctx, w, req, err, func(r *messages.ModelInfoRequest) int64 { return r.Deadline }, modelInfoFailed, w.modelInfoReply)
+}
+
+// modelInfoReply asks a model server for its models and picks the worker's.
+func (w *Worker) modelInfoReply(ctx context.Context, _ *messages.ModelInfoRequest) *messages.ModelInfoReply {
 	var models []vllm.Model
-	_, err = w.withEndpoint(ctx, "", func(ctx context.Context, e *endpoint) error {
+	_, err := w.withEndpoint(ctx, "", func(ctx context.Context, e *endpoint) error {
 		var err error
 		models, err = e.client.Models(ctx)
 		return err
 	})
 	if err != nil {
-		return &messages.ModelInfoReply{V: messages.Version, Error: err.Error(), Code: errorCode(err)}
+		return modelInfoFailed(err.Error(), errorCode(err))
 	}
 	info, err := w.servedModel(models)
 	if err != nil {
 		w.errs.Add(1)
-		return &messages.ModelInfoReply{V: messages.Version, Error: err.Error(), Code: messages.CodeUnavailable}
+		return modelInfoFailed(err.Error(), messages.CodeUnavailable)
 	}
 	return &messages.ModelInfoReply{V: messages.Version, Models: []messages.ModelInfo{info}}
 }

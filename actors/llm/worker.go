@@ -263,24 +263,58 @@ func (w *Worker) marshal(v any) []byte {
 	if err != nil {
 		// Only a programming error gets here; answer with something decodable.
 		w.log.Error("marshal reply", "err", err)
-		b, _ = messages.Marshal(&messages.GenerateReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid})
+		b, _ = messages.Marshal(generateFailed(err.Error(), messages.CodeInvalid))
 	}
 	return b
 }
 
-func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.GenerateReply {
-	req, err := messages.Decode[messages.GenerateRequest](data)
-	if err != nil {
+// serve answers one request the way every request/reply subject does: a
+// request that could not be decoded (decodeErr) is counted as malformed and
+// refused, and one whose deadline has passed while it waited for a worker of
+// the pool is dropped unserved, both answered with fail. Otherwise answer
+// serves req, with ctx bounded by the request's deadline as deadline reads it.
+func serve[Q, R any](ctx context.Context, w *Worker, req *Q, decodeErr error, deadline func(*Q) int64,
+	fail func(msg, code string) *R, answer func(context.Context, *Q) *R,
+) *R {
+	if decodeErr != nil {
 		w.malformed.Add(1)
 		w.errs.Add(1)
-		return &messages.GenerateReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
+		return fail(decodeErr.Error(), messages.CodeInvalid)
 	}
-	ctx, cancel := withDeadline(ctx, req.Deadline)
+	ctx, cancel := withDeadline(ctx, deadline(req))
 	defer cancel()
 	if ctx.Err() != nil {
 		w.expired.Add(1)
-		return &messages.GenerateReply{V: messages.Version, Error: errExpired.Error(), Code: messages.CodeUnavailable}
+		return fail(errExpired.Error(), messages.CodeUnavailable)
 	}
+	return answer(ctx, req)
+}
+
+// The failed replies of each reply type, for serve and the handlers.
+
+func generateFailed(msg, code string) *messages.GenerateReply {
+	return &messages.GenerateReply{V: messages.Version, Error: msg, Code: code}
+}
+
+func tokenizeFailed(msg, code string) *messages.TokenizeReply {
+	return &messages.TokenizeReply{V: messages.Version, Error: msg, Code: code}
+}
+
+func detokenizeFailed(msg, code string) *messages.DetokenizeReply {
+	return &messages.DetokenizeReply{V: messages.Version, Error: msg, Code: code}
+}
+
+func modelInfoFailed(msg, code string) *messages.ModelInfoReply {
+	return &messages.ModelInfoReply{V: messages.Version, Error: msg, Code: code}
+}
+
+func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.GenerateReply {
+	req, err := messages.Decode[messages.GenerateRequest](data)
+	return serve(ctx, w, req, err, func(r *messages.GenerateRequest) int64 { return r.Deadline }, generateFailed, w.generateReply)
+}
+
+// generateReply asks a model server for the completion req asks for.
+func (w *Worker) generateReply(ctx context.Context, req *messages.GenerateRequest) *messages.GenerateReply {
 	sp := &req.Sampling
 	creq := vllm.CompletionRequest{
 		Prompt:                 req.Prompt,
@@ -315,7 +349,9 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 		return err
 	})
 	if err != nil {
-		return &messages.GenerateReply{V: messages.Version, Endpoint: ep, Error: err.Error(), Code: errorCode(err)}
+		rep := generateFailed(err.Error(), errorCode(err))
+		rep.Endpoint = ep
+		return rep
 	}
 	return &messages.GenerateReply{
 		V:            messages.Version,
@@ -329,17 +365,11 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 }
 
 func (w *Worker) serveTokenize(ctx context.Context, req *messages.TokenizeRequest, err error) *messages.TokenizeReply {
-	if err != nil {
-		w.malformed.Add(1)
-		w.errs.Add(1)
-		return &messages.TokenizeReply{V: messages.Version, Error: err.Error(), Code: messages.CodeInvalid}
-	}
-	ctx, cancel := withDeadline(ctx, req.Deadline)
-	defer cancel()
-	if ctx.Err() != nil {
-		w.expired.Add(1)
-		return &messages.TokenizeReply{V: messages.Version, Error: errExpired.Error(), Code: messages.CodeUnavailable}
-	}
+	return serve(ctx, w, req, err, func(r *messages.TokenizeRequest) int64 { return r.Deadline }, tokenizeFailed, w.tokenizeReply)
+}
+
+// tokenizeReply asks a model server for the tokens of req.
+func (w *Worker) tokenizeReply(ctx context.Context, req *messages.TokenizeRequest) *messages.TokenizeReply {
 	treq := vllm.TokenizeRequest{
 		Prompt:              req.Text,
 		AddGenerationPrompt: req.AddGenerationPrompt,
@@ -349,13 +379,13 @@ func (w *Worker) serveTokenize(ctx context.Context, req *messages.TokenizeReques
 		treq.Messages = append(treq.Messages, vllm.Message{Role: m.Role, Content: m.Content})
 	}
 	var ids []int32
-	_, err = w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
+	_, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
 		var err error
 		ids, err = e.tokenize(ctx, treq)
 		return err
 	})
 	if err != nil {
-		return &messages.TokenizeReply{V: messages.Version, Error: err.Error(), Code: errorCode(err)}
+		return tokenizeFailed(err.Error(), errorCode(err))
 	}
 	return &messages.TokenizeReply{V: messages.Version, Tokens: ids}
 }

@@ -142,52 +142,21 @@ func (c *gatewayCmd) Run() error {
 // connect connects to the fleet's NATS, or starts an embedded server. It returns the
 // gateway's connection and a function opening more connections, all closed by cleanups.
 func (c *gatewayCmd) connect(ctx context.Context, log *slog.Logger, cleanups *[]func()) (*nats.Conn, messages.Subjects, func(string) (*nats.Conn, error), error) {
-	fleet := cmdutil.Fleet{NATS: c.NATS, NATSAuth: c.NATSAuth, Prefix: c.Prefix, Replicas: c.Replicas, LogLevel: c.LogLevel}
-	drain := func(nc *nats.Conn) func() {
-		return func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = bus.Drain(dctx, nc)
-		}
-	}
-	if c.NATS != "" {
-		connect := func(name string) (*nats.Conn, error) {
-			nc, _, _, err := fleet.Connect(ctx, name, log)
-			if err != nil {
-				return nil, err
-			}
-			*cleanups = append(*cleanups, drain(nc))
-			return nc, nil
-		}
-		nc, err := connect("gateway")
-		if err != nil {
-			return nil, messages.Subjects{}, nil, err
-		}
-		return nc, messages.NewSubjects(c.Prefix), connect, nil
-	}
-	if err := messages.ValidatePrefix(c.Prefix); err != nil {
-		return nil, messages.Subjects{}, nil, fmt.Errorf("--prefix: %w", err)
-	}
-	dir := c.DataDir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "rollfleet-gateway-")
-		if err != nil {
-			return nil, messages.Subjects{}, nil, err
-		}
-		*cleanups = append(*cleanups, func() { _ = os.RemoveAll(tmp) })
-		dir = tmp
-	}
-	srv, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: dir})
+	dial, err := c.dialer(ctx, log, cleanups)
 	if err != nil {
 		return nil, messages.Subjects{}, nil, err
 	}
-	*cleanups = append(*cleanups, func() { bus.Shutdown(srv) })
+	// Every connection is drained when the command ends.
 	connect := func(name string) (*nats.Conn, error) {
-		nc, err := bus.ConnectInProcess(srv, name)
+		nc, err := dial(name)
 		if err != nil {
 			return nil, err
 		}
-		*cleanups = append(*cleanups, drain(nc))
+		*cleanups = append(*cleanups, func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = bus.Drain(dctx, nc)
+		})
 		return nc, nil
 	}
 	nc, err := connect("gateway")
@@ -195,6 +164,37 @@ func (c *gatewayCmd) connect(ctx context.Context, log *slog.Logger, cleanups *[]
 		return nil, messages.Subjects{}, nil, err
 	}
 	return nc, messages.NewSubjects(c.Prefix), connect, nil
+}
+
+// dialer returns a function opening a named connection to the fleet's NATS, or, without
+// --nats, starts an embedded server (stopped by cleanups) and returns one opening in-process
+// connections to it.
+func (c *gatewayCmd) dialer(ctx context.Context, log *slog.Logger, cleanups *[]func()) (func(string) (*nats.Conn, error), error) {
+	if c.NATS != "" {
+		fleet := cmdutil.Fleet{NATS: c.NATS, NATSAuth: c.NATSAuth, Prefix: c.Prefix, Replicas: c.Replicas, LogLevel: c.LogLevel}
+		return func(name string) (*nats.Conn, error) {
+			nc, _, _, err := fleet.Connect(ctx, name, log)
+			return nc, err
+		}, nil
+	}
+	if err := messages.ValidatePrefix(c.Prefix); err != nil {
+		return nil, fmt.Errorf("--prefix: %w", err)
+	}
+	dir := c.DataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "rollfleet-gateway-")
+		if err != nil {
+			return nil, err
+		}
+		*cleanups = append(*cleanups, func() { _ = os.RemoveAll(tmp) })
+		dir = tmp
+	}
+	srv, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	*cleanups = append(*cleanups, func() { bus.Shutdown(srv) })
+	return func(name string) (*nats.Conn, error) { return bus.ConnectInProcess(srv, name) }, nil
 }
 
 // writeOutputs writes every trajectory and failure record published on the embedded server
