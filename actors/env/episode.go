@@ -63,6 +63,10 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	w.started.Add(1)
+	// Restamp the delivery at once: after a crash the server restores an
+	// unacknowledged delivery with the message's publish time, so an episode
+	// queued for longer than AckWait would be handed out again right away.
+	_ = msg.InProgress()
 	ep := &episode{w: w, req: req, msg: msg, attempt: 1}
 	meta, err := msg.Metadata()
 	if err == nil {

@@ -39,6 +39,7 @@ type cli struct {
 	MaxDown        time.Duration `default:"2s" help:"Longest pause between a kill and the restart."`
 	RequestTimeout time.Duration `help:"Pass --request-timeout to the env workers, if they take it."`
 	AckWait        time.Duration `help:"Pass --ack-wait to the env workers, if they take it."`
+	Settle         time.Duration `help:"Least wait after the last kill before judging (default: the env workers' request timeout or ack wait, the longer, plus 30s)."`
 	Quiet          bool          `help:"Print only the final table."`
 }
 
@@ -56,7 +57,7 @@ func (c *cli) run() int {
 		Seed: c.Seed, Duration: c.Duration, Timeout: c.Timeout, Env: c.Env,
 		EnvWorkers: c.EnvWorkers, LLMWorkers: c.LLMWorkers, ModelServers: c.ModelServers,
 		Concurrency: c.Concurrency, ModelLatency: c.ModelLatency, MaxDown: c.MaxDown,
-		RequestTimeout: c.RequestTimeout, AckWait: c.AckWait, Progress: os.Stderr,
+		RequestTimeout: c.RequestTimeout, AckWait: c.AckWait, Settle: c.Settle, Progress: os.Stderr,
 	}
 	if c.KillsPerKind == 0 {
 		cfg.KillsPerKind = -1 // none

@@ -15,12 +15,13 @@ import (
 
 type cli struct {
 	cmdutil.Fleet
-	Concurrency int           `default:"256" help:"Most episodes in flight in this process."`
-	Durable     string        `default:"envworker" help:"Shared consumer name."`
-	Env         string        `help:"Host only these envs: a comma-separated list of ids and patterns such as 'game:*' (default: every env). Sets in use must not overlap."`
-	Remote      []string      `help:"Host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
-	AckWait     time.Duration `default:"1m" help:"Redelivery timeout of an episode whose worker stopped signalling progress (a crash): it then resumes elsewhere."`
-	MaxDeliver  int           `default:"5" help:"Deliveries of an episode before its failure is recorded."`
+	Concurrency    int           `default:"256" help:"Most episodes in flight in this process."`
+	Durable        string        `default:"envworker" help:"Shared consumer name."`
+	Env            string        `help:"Host only these envs: a comma-separated list of ids and patterns such as 'game:*' (default: every env). Sets in use must not overlap."`
+	Remote         []string      `help:"Host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
+	AckWait        time.Duration `default:"1m" help:"Redelivery timeout of an episode whose worker stopped signalling progress (a crash): it then resumes elsewhere."`
+	MaxDeliver     int           `default:"5" help:"Deliveries of an episode before its failure is recorded."`
+	RequestTimeout time.Duration `default:"180s" help:"Longest wait for one generate or tokenize reply; a request cut off by a crash is retried after it."`
 }
 
 func main() {
@@ -39,7 +40,7 @@ func main() {
 		}
 		w, err := envactor.New(p.NC, p.JS, envactor.Options{
 			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote,
-			AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, Logger: p.Log,
+			AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, RequestTimeout: c.RequestTimeout, Logger: p.Log,
 		})
 		if err != nil {
 			return err

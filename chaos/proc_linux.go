@@ -1,0 +1,10 @@
+package chaos
+
+import "syscall"
+
+// sysProcAttr puts a child in its own process group, so a terminal's Ctrl-C
+// reaches only the harness (which then stops the fleet), and has the kernel
+// kill it should the harness itself die without cleaning up.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}

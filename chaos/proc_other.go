@@ -1,0 +1,11 @@
+//go:build unix && !linux
+
+package chaos
+
+import "syscall"
+
+// sysProcAttr puts a child in its own process group, so a terminal's Ctrl-C
+// reaches only the harness, which then stops the fleet.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
