@@ -44,30 +44,14 @@ func testResume(t *testing.T, style string) {
 	subj := messages.NewSubjects("")
 
 	opts := Options{Concurrency: episodes, AckWait: 2 * time.Second}
-	jsA := bustest.JetStream(t, s, "env-a")
-	a, err := New(jsA.Conn(), jsA, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctxA, stopA := context.WithCancel(ctx)
-	doneA := make(chan struct{})
-	go func() { defer close(doneA); _ = a.Run(ctxA) }()
-
-	submitEpisodes(t, js, episodes, style)
-	waitSteps(t, js, episodes*2)
-	jsA.Conn().Close() // the worker dies mid-episode
-	stopA()
-	<-doneA
+	a := dieMidway(ctx, t, s, opts, func() {
+		submitEpisodes(t, js, episodes, style)
+		waitSteps(t, js, episodes*2)
+	})
 	if a.Stats().Finished == episodes {
 		t.Fatal("every episode finished before the worker died; nothing to resume")
 	}
-
-	jsB := bustest.JetStream(t, s, "env-b")
-	b, err := New(jsB.Conn(), jsB, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(b.Run)
+	b := startWorker(t, s, "env-b", opts, start)
 	resumed := checkOutcomes(t, js, subj, coll, episodes)
 	if resumed == 0 || b.Stats().Resumed == 0 {
 		t.Fatalf("no episode resumed (worker b: %+v)", b.Stats())
@@ -93,14 +77,9 @@ func TestModelOutage(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	js, coll, _, start := resumeHarness(t, s, srv.URL)
-	jsE := bustest.JetStream(t, s, "env")
-	w, err := New(jsE.Conn(), jsE, Options{
+	w := startWorker(t, s, "env", Options{
 		Concurrency: episodes, RequestAttempts: 2, RetryDelay: 50 * time.Millisecond, MaxDeliver: 20,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(w.Run)
+	}, start)
 	submitEpisodes(t, js, episodes, messages.ObsChat)
 	waitSteps(t, js, episodes)
 	down.Store(true)
@@ -150,6 +129,38 @@ func resumeHarness(t *testing.T, s *server.Server, modelURL string) (jetstream.J
 	start(lw.Run)
 	start(coll.Run)
 	return js, coll, ctx, start
+}
+
+// dieMidway runs an env worker while work (which submits episodes and waits
+// for some of their steps) runs, then kills it: its connection closes, so it
+// stops heartbeating, acking and publishing at once.
+func dieMidway(ctx context.Context, t *testing.T, s *server.Server, opts Options, work func()) *Worker {
+	t.Helper()
+	js := bustest.JetStream(t, s, "env-a")
+	w, err := New(js.Conn(), js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(wctx) }()
+	work()
+	js.Conn().Close()
+	stop()
+	<-done
+	return w
+}
+
+// startWorker starts an env worker on a connection of its own.
+func startWorker(t *testing.T, s *server.Server, name string, opts Options, start func(func(context.Context) error)) *Worker {
+	t.Helper()
+	js := bustest.JetStream(t, s, name)
+	w, err := New(js.Conn(), js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(w.Run)
+	return w
 }
 
 // submitEpisodes publishes n GuessTheNumber episodes in the given style.
@@ -348,26 +359,11 @@ func TestDeliveriesBeyondTheLimit(t *testing.T) {
 	t.Cleanup(srv.Close)
 	js, coll, ctx, start := resumeHarness(t, s, srv.URL)
 	opts := Options{Concurrency: 4, AckWait: time.Second, MaxDeliver: 1}
-	jsA := bustest.JetStream(t, s, "env-a")
-	a, err := New(jsA.Conn(), jsA, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctxA, stopA := context.WithCancel(ctx)
-	doneA := make(chan struct{})
-	go func() { defer close(doneA); _ = a.Run(ctxA) }()
-	submitEpisodes(t, js, 1, messages.ObsChat)
-	waitSteps(t, js, 1)
-	jsA.Conn().Close()
-	stopA()
-	<-doneA
-
-	jsB := bustest.JetStream(t, s, "env-b")
-	b, err := New(jsB.Conn(), jsB, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(b.Run)
+	dieMidway(ctx, t, s, opts, func() {
+		submitEpisodes(t, js, 1, messages.ObsChat)
+		waitSteps(t, js, 1)
+	})
+	startWorker(t, s, "env-b", opts, start)
 	cons, err := js.OrderedConsumer(ctx, messages.NewSubjects("").StreamFailures(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
