@@ -11,13 +11,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-2000x}
 count=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 while IFS=: read -r file name; do
   pkg=./$(dirname "$file")
   echo "== $pkg $name ($fuzztime)"
-  go test -run='^$' -fuzz="^${name}\$" -fuzztime="$fuzztime" -fuzzminimizetime=0 "$pkg" > /tmp/fuzz.$$.log 2>&1 || {
-    cat /tmp/fuzz.$$.log; rm -f /tmp/fuzz.$$.log; exit 1
-  }
+  go test -run='^$' -fuzz="^${name}\$" -fuzztime="$fuzztime" -fuzzminimizetime=0 "$pkg" > "$log" 2>&1 || { cat "$log"; exit 1; }
   count=$((count + 1))
 done < <(git grep -o '^func Fuzz[A-Za-z0-9_]*' -- '*_test.go' | sed 's/:func /:/')
-rm -f /tmp/fuzz.$$.log
 echo "fuzz: $count targets ran for $fuzztime each without a failure"
