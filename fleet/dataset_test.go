@@ -54,6 +54,8 @@ func TestDatasetRowForms(t *testing.T) {
 		{name: "nemo item names its env", in: `{"env": "math", ` + item[1:], env: "math", prompt: "What is 2+3?", label: "5", msgs: 2},
 		{name: "nemo item without question field", in: `{"responses_create_params": {"input": [{"role": "user", "content": [{"type": "input_text", "text": "Q"}]}]}, "expected_answer": "1"}`, env: "math:nemo", prompt: "Q", label: "1", msgs: 1},
 		{name: "question and answer", in: `{"question": "q", "expected_answer": "7"}`, env: "math", prompt: "q", label: "7"},
+		{name: "question without expected_answer", in: `{"question": "q", "answer": "7"}`, err: "without expected_answer"},
+		{name: "expected_answer without question", in: `{"expected_answer": "7"}`, err: "without question"},
 		{name: "item without answer", in: `{"responses_create_params": {"input": [{"role": "user", "content": "Q"}]}}`, err: "without expected_answer"},
 		{name: "item without question", in: `{"responses_create_params": {"input": []}, "expected_answer": "1"}`, err: "no question"},
 	} {

@@ -177,7 +177,10 @@ func (r *DatasetRow) UnmarshalJSON(data []byte) error {
 		}
 		r.Temperature, r.TopP, r.MaxTokens = item.CreateParams.Temperature, item.CreateParams.TopP, item.CreateParams.MaxOutputTokens
 		r.defaultEnv("math:nemo")
-	case raw.Question != nil && raw.ExpectedAnswer != nil:
+	case raw.Question != nil || raw.ExpectedAnswer != nil:
+		if raw.Question == nil || *raw.Question == "" {
+			return errors.New("math row without question")
+		}
 		r.Prompt = *raw.Question
 		r.defaultEnv("math")
 	default:

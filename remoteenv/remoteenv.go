@@ -15,8 +15,9 @@
 // Each episode has its own session: an HTTP client with its own cookie jar,
 // so the server's session cookie follows the episode. Every call is bounded
 // by a timeout; connection errors and 502/503/504 answers are retried with
-// backoff; anything else is an error naming the env, the call and the
-// server's answer, which ends that episode as a failure record.
+// backoff (a /step or /verify only when the server cannot have applied it);
+// anything else is an error naming the env, the call and the server's
+// answer, which ends that episode as a failure record.
 package remoteenv
 
 import (
@@ -26,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -251,14 +253,21 @@ func flatten(info map[string]json.RawMessage) map[string]string {
 
 // retryable reports whether a failed attempt may succeed when repeated:
 // the server was unreachable or said it is (temporarily) unavailable.
-type retryable struct{ err error }
+type retryable struct {
+	err error
+	// unapplied: the server cannot have acted on the request.
+	unapplied bool
+}
 
 func (r retryable) Error() string { return r.err.Error() }
 func (r retryable) Unwrap() error { return r.err }
 
 // call POSTs body as JSON to path and decodes the answer into out (nil
-// discards it), retrying what may pass on a second try.
+// discards it), retrying what may pass on a second try. A call that changes
+// the game (/step, /verify) is retried only when the server cannot have
+// applied it: the connection was refused, or it answered 503.
 func (s *Session) call(ctx context.Context, path string, body, out any) error {
+	idempotent := path == "/reset" || path == "/seed_session"
 	data, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %s: encode: %v", ErrRemote, s.cfg.ID, path, err)
@@ -276,7 +285,7 @@ func (s *Session) call(ctx context.Context, path string, body, out any) error {
 		}
 		last = s.once(ctx, path, data, out)
 		var r retryable
-		if last == nil || !errors.As(last, &r) || ctx.Err() != nil {
+		if last == nil || !errors.As(last, &r) || ctx.Err() != nil || !idempotent && !r.unapplied {
 			break
 		}
 	}
@@ -296,17 +305,18 @@ func (s *Session) once(ctx context.Context, path string, data []byte, out any) e
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return retryable{err}
+		var op *net.OpError
+		return retryable{err: err, unapplied: errors.As(err, &op) && op.Op == "dial"}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	switch {
 	case err != nil:
-		return retryable{err}
+		return retryable{err: err}
 	case len(b) > maxBody:
 		return fmt.Errorf("answer larger than %d bytes", maxBody)
 	case resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout:
-		return retryable{fmt.Errorf("HTTP %d: %.256s", resp.StatusCode, b)}
+		return retryable{err: fmt.Errorf("HTTP %d: %.256s", resp.StatusCode, b), unapplied: resp.StatusCode == http.StatusServiceUnavailable}
 	case resp.StatusCode/100 != 2:
 		return fmt.Errorf("HTTP %d: %.256s", resp.StatusCode, b)
 	case out == nil:

@@ -213,3 +213,44 @@ func TestMatch(t *testing.T) {
 		t.Fatalf("unknown id: %v", err)
 	}
 }
+
+// A step the server may have applied is not sent twice: a game must not
+// advance by one action twice.
+func TestStepIsNotRetriedOnceSent(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(w http.ResponseWriter, r *http.Request)
+		calls int64
+	}{
+		{"502 after the request", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "gw", http.StatusBadGateway) }, 1},
+		{"timeout after the request", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done()
+		}, 1},
+		{"503: the server did not act", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) }, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var steps atomic.Int64
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /reset", func(w http.ResponseWriter, _ *http.Request) {
+				writeJSON(w, map[string]any{"observation": "hi", "info": map[string]string{}})
+			})
+			mux.HandleFunc("POST /step", func(w http.ResponseWriter, r *http.Request) {
+				steps.Add(1)
+				tc.fault(w, r)
+			})
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			s := NewSession(Config{ID: "g", Kind: KindGym, URL: srv.URL, Timeout: 100 * time.Millisecond}, nil)
+			if _, _, err := s.Reset(context.Background(), Task{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Step(context.Background(), "a"); !errors.Is(err, ErrRemote) {
+				t.Fatalf("err %v", err)
+			}
+			if got := steps.Load(); got != tc.calls {
+				t.Fatalf("%d /step calls, want %d", got, tc.calls)
+			}
+		})
+	}
+}

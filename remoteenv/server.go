@@ -23,7 +23,7 @@ func GymHandler(envID string) (http.Handler, error) {
 	if _, err := envs.Lookup(envID); err != nil {
 		return nil, err
 	}
-	h := &gymHandler{id: envID, games: map[string]envs.Env{}}
+	h := &gymHandler{id: envID, games: map[string]*game{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /reset", h.reset)
 	mux.HandleFunc("POST /step", h.step)
@@ -33,7 +33,14 @@ func GymHandler(envID string) (http.Handler, error) {
 type gymHandler struct {
 	id    string
 	mu    sync.Mutex
-	games map[string]envs.Env
+	games map[string]*game
+}
+
+// game is one session's env; a client sending two steps at once must not
+// step it concurrently.
+type game struct {
+	mu  sync.Mutex
+	env envs.Env
 }
 
 func (h *gymHandler) reset(w http.ResponseWriter, r *http.Request) {
@@ -54,7 +61,7 @@ func (h *gymHandler) reset(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(id[:])
 	sid := hex.EncodeToString(id[:])
 	h.mu.Lock()
-	h.games[sid] = env
+	h.games[sid] = &game{env: env}
 	h.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: sid, Path: "/"})
 	writeJSON(w, map[string]any{"observation": obs, "info": info})
@@ -74,14 +81,15 @@ func (h *gymHandler) step(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mu.Lock()
-	env, ok := h.games[c.Value]
+	g, ok := h.games[c.Value]
 	h.mu.Unlock()
 	if !ok {
 		http.Error(w, "unknown session", http.StatusBadRequest)
 		return
 	}
-	// One request at a time per session, as an episode sends them.
-	res := env.Step(*body.Response)
+	g.mu.Lock()
+	res := g.env.Step(*body.Response)
+	g.mu.Unlock()
 	if res.Done() {
 		h.mu.Lock()
 		delete(h.games, c.Value)

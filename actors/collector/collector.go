@@ -244,6 +244,13 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		runs[ev.Attempt] = p
 		c.count(func(*Stats) {}) // refreshes InFlight
 	}
+	if ev.Error != "" && p.outcome == nil {
+		// A run that failed decides at once: the turns it names before the
+		// error may never have been stored.
+		p.apply(ev)
+		c.settle(m, c.finish(ctx, ev.EpisodeID, p), false)
+		return
+	}
 	if ev.Turn < p.next && p.outcome == nil {
 		_ = m.Ack() // duplicate of a turn already applied
 		return

@@ -169,10 +169,14 @@ func TestErrorStepBecomesOneFailure(t *testing.T) {
 		// whether the error step carries the episode request, as the env
 		// worker's do, or relies on turn 0's
 		withRequest bool
+		// published before the error step: steps[:published]
+		published int32
 	}{
-		{"at turn 0", 0, true},
-		{"at turn 2", 2, true},
-		{"at turn 2 without request", 2, false},
+		{"at turn 0", 0, true, 0},
+		{"at turn 2", 2, true, 2},
+		{"at turn 2 without request", 2, false, 2},
+		// A step that failed to publish leaves a gap: the error decides anyway.
+		{"after a gap", 2, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, bus.ServerOptions{})
@@ -183,7 +187,7 @@ func TestErrorStepBecomesOneFailure(t *testing.T) {
 			if !tc.withRequest {
 				ev.Episode = nil
 			}
-			f.publish(t, append(steps[:tc.turn], ev)...)
+			f.publish(t, append(steps[:tc.published], ev)...)
 			f.settled(t, "collector")
 			fail := f.outputs(t).onlyFailure(t)
 			if fail.Kind != messages.FailureEpisode || fail.Reason != reason || fail.EpisodeID != want.EpisodeID ||

@@ -100,6 +100,7 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 		// This worker could not finish or record the episode: hand it back,
 		// later for each delivery, so an outage is waited out, not spun on.
 		w.log.Error("episode interrupted; returning it to the queue", "episode", req.EpisodeID, "attempt", ep.attempt, "err", err)
+		w.live.Delete(ep) // no heartbeat may reset the delay
 		_ = msg.NakWithDelay(min(time.Duration(ep.attempt)*w.opts.RetryDelay, 30*time.Second))
 		return
 	}
@@ -462,7 +463,11 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 		V: messages.Version, EpisodeID: e.req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Episode: e.req,
 		Done: true, Error: cause.Error(), Resumed: e.resumed,
 	}
-	return e.publishStep(ctx, ev)
+	// Its own message id: the turn it names may have been stored already
+	// (a republished step) or never (a step that failed to publish), and
+	// the collector decides on an error step whatever turns came before.
+	id := messages.StepMsgID(e.req.EpisodeID, e.attempt, ev.Turn) + "/error"
+	return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, id)
 }
 
 // publishStep stores a step event; a step too large to publish fails the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -55,6 +56,11 @@ func (w *Worker) loadPriorRun(ctx context.Context, id string) (*priorRun, error)
 			continue
 		}
 		run := &priorRun{}
+		for _, ev := range turns {
+			if ev.Error != "" {
+				decided = true // the collector decides on an error step at once
+			}
+		}
 		for t := int32(0); turns[t] != nil; t++ {
 			run.steps = append(run.steps, turns[t])
 			if turns[t].Done {
@@ -87,7 +93,7 @@ func (e *episode) resume(ctx context.Context, prior *priorRun, obs0 string) (boo
 	if !ok {
 		return false, nil
 	}
-	if err := lg.env.Restore(last.EnvState); err != nil {
+	if err := restore(lg.env, last.EnvState); err != nil {
 		e.w.log.Warn("cannot resume; starting over", "episode", e.req.EpisodeID, "err", err)
 		return false, nil
 	}
@@ -122,4 +128,16 @@ func (e *episode) resume(ctx context.Context, prior *priorRun, obs0 string) (boo
 	e.w.resumes.Add(1)
 	e.w.log.Info("episode resumed", "episode", e.req.EpisodeID, "attempt", e.attempt, "turn", e.turn)
 	return true, nil
+}
+
+// restore restores a snapshot, turning a panic of the game's Restore into
+// an error: a snapshot the game cannot take means starting over, not
+// failing the episode.
+func restore(env envs.Env, state []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("restore panicked: %v", r)
+		}
+	}()
+	return env.Restore(state)
 }

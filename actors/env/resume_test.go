@@ -77,15 +77,23 @@ func TestModelOutage(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	js, coll, _, start := resumeHarness(t, s, srv.URL)
-	w := startWorker(t, s, "env", Options{
-		Concurrency: episodes, RequestAttempts: 2, RetryDelay: 50 * time.Millisecond, MaxDeliver: 20,
-	}, start)
+	// Default MaxDeliver: the outage must not use up the episodes' deliveries.
+	w := startWorker(t, s, "env", Options{Concurrency: 8, RequestAttempts: 2, RetryDelay: 50 * time.Millisecond}, start)
 	submitEpisodes(t, js, episodes, messages.ObsChat)
 	waitSteps(t, js, episodes)
 	down.Store(true)
 	bustest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
 		if !w.Stats().Unhealthy {
 			return fmt.Errorf("worker still healthy: %+v", w.Stats())
+		}
+		return nil
+	})
+	// While unhealthy the worker probes with one episode at a time: let it
+	// probe a few times before the model comes back.
+	probes := w.Stats().Started + 3
+	bustest.CheckFor(t, time.Minute, 5*time.Millisecond, func() error {
+		if st := w.Stats(); st.Started < probes {
+			return fmt.Errorf("still waiting for probes: %+v", st)
 		}
 		return nil
 	})

@@ -231,16 +231,15 @@ func (w *Worker) Run(ctx context.Context) error {
 				<-slots
 				return nil
 			}
-			if w.unhealthy() && w.inFlight.Load() == 0 {
-				// Nothing running to probe with: let one episode through.
-				w.infraStreak.Store(int64(w.opts.UnhealthyAfter) - 1)
-			}
-			if w.unhealthy() {
+			if w.unhealthy() && w.inFlight.Load() > 0 {
 				<-slots
 				continue
 			}
+			// Healthy again, or nothing running to probe with: one episode
+			// goes through, and while it runs the worker stays paused.
+		} else {
+			backoff = 0
 		}
-		backoff = 0
 		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
 			<-slots
