@@ -773,9 +773,9 @@ func TestGame2048BeforeReset(t *testing.T) {
 	}
 }
 
-// game2048HugeActions are 1 MB actions of several shapes, each ending in one
-// real move.
-func game2048HugeActions() map[string]string {
+// directionHugeActions are 1 MB actions of several shapes, each ending in one
+// real move, for the games that take a boxed direction (2048, Sokoban).
+func directionHugeActions() map[string]string {
 	const mb = 1 << 20
 	rng := NewRNG(5)
 	noise := make([]byte, mb)
@@ -788,6 +788,7 @@ func game2048HugeActions() map[string]string {
 		"near misses":    strings.Repeat(`\boxed{righ`, mb/11) + `\boxed{up}`,
 		"many matches":   strings.Repeat(`\boxed{left}`, mb/12) + `\boxed{up}`,
 		"dotless i runs": strings.Repeat(`\BOXED{rı`, mb/10) + `\boxed{up}`,
+		"no backslash":   strings.Repeat(`boxed{up}`, mb/9) + `\boxed{up}`,
 		"random bytes":   string(noise) + `\boxed{up}`,
 	}
 }
@@ -795,7 +796,7 @@ func game2048HugeActions() map[string]string {
 // TestGame2048HugeAction steps 1 MB actions: the parser is linear, so each
 // completes well within a generous deadline.
 func TestGame2048HugeAction(t *testing.T) {
-	for name, action := range game2048HugeActions() {
+	for name, action := range directionHugeActions() {
 		t.Run(name, func(t *testing.T) {
 			env := newTestEnv(t, game2048EasyID, "", `{"board": [[0,0,0,0],[0,0,0,0],[0,0,0,0],[0,2,0,0]]}`)
 			if r := stepWithin(t, env, action, 2*time.Minute); r.Observation != game2048Moved(1, "up") {

@@ -1013,30 +1013,10 @@ func TestSokobanBeforeReset(t *testing.T) {
 	}
 }
 
-// sokobanHugeActions are 1 MB actions of several shapes, each ending in one
-// real move.
-func sokobanHugeActions() map[string]string {
-	const mb = 1 << 20
-	rng := NewRNG(5)
-	noise := make([]byte, mb)
-	for i := range noise {
-		noise[i] = byte(rng.IntN(256))
-	}
-	return map[string]string{
-		"backslashes":    strings.Repeat(`\`, mb) + `\boxed{up}`,
-		"open boxes":     strings.Repeat(`\boxed{`, mb/7) + `\boxed{up}`,
-		"near misses":    strings.Repeat(`\boxed{righ`, mb/11) + `\boxed{up}`,
-		"many matches":   strings.Repeat(`\boxed{left}`, mb/12) + `\boxed{up}`,
-		"dotless i runs": strings.Repeat(`\BOXED{rı`, mb/10) + `\boxed{up}`,
-		"no backslash":   strings.Repeat(`boxed{up}`, mb/9) + `\boxed{up}`,
-		"random bytes":   string(noise) + `\boxed{up}`,
-	}
-}
-
 // TestSokobanHugeAction steps 1 MB actions: the parser is linear, so each
 // completes well within a generous deadline.
 func TestSokobanHugeAction(t *testing.T) {
-	for name, action := range sokobanHugeActions() {
+	for name, action := range directionHugeActions() {
 		t.Run(name, func(t *testing.T) {
 			env := newTestEnv(t, sokobanEasyID, "", sokobanPicture(t, sokobanTranscriptRoom...))
 			if r := stepWithin(t, env, action, time.Minute); r.Observation != sokobanCollide(1, "up") {
