@@ -48,22 +48,8 @@ func minesweeperSpec(id string, params map[string]any, maxTurns int) Spec {
 	return gameSpec(id, minesweeperFamily, "", params, maxTurns, newMinesweeper)
 }
 
-// minesweeperCell is a (row, col) pair; it is a two-element JSON array.
-type minesweeperCell [2]int
-
-// UnmarshalJSON refuses arrays that are not pairs, which encoding/json would
-// silently truncate or zero-fill.
-func (c *minesweeperCell) UnmarshalJSON(data []byte) error {
-	var v []int
-	if err := json.Unmarshal(data, &v); err != nil {
-		return err
-	}
-	if len(v) != 2 {
-		return fmt.Errorf("want a [row, col] pair, got %s", data)
-	}
-	*c = minesweeperCell{v[0], v[1]}
-	return nil
-}
+// minesweeperCell is a (row, col) cell of the board.
+type minesweeperCell = gridCell
 
 // minesweeperState is the whole game state; its JSON form is the snapshot.
 // Cell lists are kept in row-major order.

@@ -117,3 +117,21 @@ func errMaxTurns(n int) error {
 func errTurnCount(n int) error {
 	return fmt.Errorf("turn_count: must not be negative, got %d", n)
 }
+
+// gridCell is a (row, col) pair of a board game; it is a two-element JSON
+// array.
+type gridCell [2]int
+
+// UnmarshalJSON refuses arrays that are not pairs, which encoding/json would
+// silently truncate or zero-fill.
+func (c *gridCell) UnmarshalJSON(data []byte) error {
+	var v []int
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	if len(v) != 2 {
+		return fmt.Errorf("want a [row, col] pair, got %s", data)
+	}
+	*c = gridCell{v[0], v[1]}
+	return nil
+}

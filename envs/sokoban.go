@@ -89,22 +89,8 @@ func sokobanSpec(id string, params map[string]any, maxTurns int) Spec {
 	return gameSpec(id, sokobanFamily, "", params, maxTurns, newSokoban)
 }
 
-// sokobanPos is a (row, col) pair; it is a two-element JSON array.
-type sokobanPos [2]int
-
-// UnmarshalJSON refuses arrays that are not pairs, which encoding/json would
-// silently truncate or zero-fill.
-func (p *sokobanPos) UnmarshalJSON(data []byte) error {
-	var v []int
-	if err := json.Unmarshal(data, &v); err != nil {
-		return err
-	}
-	if len(v) != 2 {
-		return fmt.Errorf("want a [row, col] pair, got %s", data)
-	}
-	*p = sokobanPos{v[0], v[1]}
-	return nil
-}
+// sokobanPos is a (row, col) cell of the room.
+type sokobanPos = gridCell
 
 func (p sokobanPos) add(d sokobanPos) sokobanPos { return sokobanPos{p[0] + d[0], p[1] + d[1]} }
 
