@@ -161,7 +161,6 @@ func splitTop(s, sep string) []string {
 	var parts []string
 	depth, start := 0, 0
 	for i := 0; i < len(s); i++ {
-		c := s[i]
 		if depth == 0 && strings.HasPrefix(s[i:], sep) &&
 			(sep != `\cup` || i+len(sep) >= len(s) || !isLetter(s[i+len(sep)])) {
 			parts = append(parts, s[start:i])
@@ -169,22 +168,9 @@ func splitTop(s, sep string) []string {
 			start = i + 1
 			continue
 		}
-		switch c {
-		case '\\':
-			if i+1 < len(s) {
-				switch s[i+1] {
-				case '{':
-					depth++
-				case '}':
-					depth--
-				}
-				i++
-			}
-		case '(', '[', '{':
-			depth++
-		case ')', ']', '}':
-			depth--
-		}
+		d, w := bracketDelta(s, i)
+		depth += d
+		i += w - 1
 		if depth < 0 {
 			return []string{s}
 		}
@@ -195,29 +181,41 @@ func splitTop(s, sep string) []string {
 	return append(parts, s[start:])
 }
 
+// bracketDelta is how the character at s[i] changes the bracket depth, and
+// how many bytes it spans: an escaped brace (\{, \}) is a bracket, any other
+// escape spans its two bytes and is none.
+func bracketDelta(s string, i int) (delta, width int) {
+	switch s[i] {
+	case '\\':
+		if i+1 == len(s) {
+			return 0, 1
+		}
+		switch s[i+1] {
+		case '{':
+			return 1, 2
+		case '}':
+			return -1, 2
+		}
+		return 0, 2
+	case '(', '[', '{':
+		return 1, 1
+	case ')', ']', '}':
+		return -1, 1
+	}
+	return 0, 1
+}
+
 // closesAtEnd reports whether the bracket opening s closes at its very end,
 // with any bracket types ("[1,3)" counts).
 func closesAtEnd(s string) bool {
 	depth := 0
 	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			if i+1 < len(s) {
-				switch s[i+1] {
-				case '{':
-					depth++
-				case '}':
-					depth--
-				}
-				i++
-			}
-		case '(', '[', '{':
-			depth++
-		case ')', ']', '}':
-			depth--
-		default:
+		d, w := bracketDelta(s, i)
+		if d == 0 && s[i] != '\\' {
 			continue
 		}
+		depth += d
+		i += w - 1
 		if depth == 0 {
 			return i == len(s)-1
 		}
