@@ -33,14 +33,7 @@ import (
 const authConf = "../examples/nats/auth.conf"
 
 // passwords are the example configuration's placeholder passwords.
-var passwords = map[string]string{
-	"admin":     "admin-CHANGE-ME",
-	"envworker": "envworker-CHANGE-ME",
-	"llmworker": "llmworker-CHANGE-ME",
-	"collector": "collector-CHANGE-ME",
-	"trainer":   "trainer-CHANGE-ME",
-	"gateway":   "gateway-CHANGE-ME",
-}
+var passwords = bustest.ExamplePasswords
 
 // startAuthServer starts a server from the example configuration, on a free
 // port and a temporary store, and returns it with its URL.
@@ -51,11 +44,7 @@ func startAuthServer(t *testing.T) (*server.Server, string) {
 
 func startConfigServer(t *testing.T, conf string) (*server.Server, string) {
 	t.Helper()
-	s, err := bus.StartServer(bus.ServerOptions{ConfigFile: conf, Port: -1, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bus.Shutdown(s) })
+	s := bustest.RunListeningServer(t, bus.ServerOptions{ConfigFile: conf, Port: -1, DataDir: t.TempDir()})
 	return s, s.ClientURL()
 }
 

@@ -29,12 +29,31 @@ func RunServerWith(t testing.TB, opts bus.ServerOptions) *server.Server {
 	t.Helper()
 	opts.DontListen = true
 	opts.DataDir = t.TempDir()
+	return RunListeningServer(t, opts)
+}
+
+// RunListeningServer starts a server configured exactly by opts (which may
+// name a configuration file) and shuts it down when the test ends. It fails
+// the test if the server does not start.
+func RunListeningServer(t testing.TB, opts bus.ServerOptions) *server.Server {
+	t.Helper()
 	s, err := bus.StartServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bus.Shutdown(s) })
 	return s
+}
+
+// ExamplePasswords are the placeholder passwords of the example server
+// configuration (examples/nats/auth.conf), by role.
+var ExamplePasswords = map[string]string{
+	"admin":     "admin-CHANGE-ME",
+	"envworker": "envworker-CHANGE-ME",
+	"llmworker": "llmworker-CHANGE-ME",
+	"collector": "collector-CHANGE-ME",
+	"trainer":   "trainer-CHANGE-ME",
+	"gateway":   "gateway-CHANGE-ME",
 }
 
 // Connect opens an in-process connection named name to s, closed when the

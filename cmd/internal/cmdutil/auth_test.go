@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -32,24 +31,7 @@ import (
 const authConf = "../../../examples/nats/auth.conf"
 
 // passwords are the example configuration's placeholder passwords.
-var passwords = map[string]string{
-	"admin":     "admin-CHANGE-ME",
-	"envworker": "envworker-CHANGE-ME",
-	"llmworker": "llmworker-CHANGE-ME",
-	"collector": "collector-CHANGE-ME",
-	"trainer":   "trainer-CHANGE-ME",
-	"gateway":   "gateway-CHANGE-ME",
-}
-
-func startServer(t *testing.T, opts bus.ServerOptions) *server.Server {
-	t.Helper()
-	s, err := bus.StartServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bus.Shutdown(s) })
-	return s
-}
+var passwords = bustest.ExamplePasswords
 
 // fleetAs is the flags of a fleet process logging in as user.
 func fleetAs(url, user, password string) Fleet {
@@ -127,7 +109,7 @@ func TestAuthFlags(t *testing.T) {
 }
 
 func TestConnectWrongPassword(t *testing.T) {
-	s := startServer(t, bus.ServerOptions{ConfigFile: authConf, Port: -1, DataDir: t.TempDir()})
+	s := bustest.RunListeningServer(t, bus.ServerOptions{ConfigFile: authConf, Port: -1, DataDir: t.TempDir()})
 	f := fleetAs(s.ClientURL(), "envworker", "wrong")
 	_, _, _, err := f.Connect(context.Background(), "envworker", slog.New(slog.DiscardHandler))
 	if !errors.Is(err, bus.ErrAuthFailed) {
@@ -143,7 +125,7 @@ func TestConnectWrongPassword(t *testing.T) {
 // TestRolesRunTheFleet runs the three actors and a trainer, each as its own
 // user of the example configuration, after the admin created the streams.
 func TestRolesRunTheFleet(t *testing.T) {
-	s := startServer(t, bus.ServerOptions{ConfigFile: authConf, Port: -1, DataDir: t.TempDir()})
+	s := bustest.RunListeningServer(t, bus.ServerOptions{ConfigFile: authConf, Port: -1, DataDir: t.TempDir()})
 	url := s.ClientURL()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -333,7 +315,7 @@ func testRevoked(t *testing.T, body func(Process) error) {
 	// the server.)
 	bus.Shutdown(s)
 	write("after")
-	startServer(t, bus.ServerOptions{ConfigFile: conf})
+	bustest.RunListeningServer(t, bus.ServerOptions{ConfigFile: conf})
 	var got error
 	bustest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		select {
