@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,36 +47,12 @@ func startConfigServer(t *testing.T, conf string) (*server.Server, string) {
 	return s, s.ClientURL()
 }
 
-// errorLog collects the error records of a logger.
-type errorLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (l *errorLog) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelError }
-func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
-	msg := r.Message
-	r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
-	l.mu.Lock()
-	l.msgs = append(l.msgs, msg)
-	l.mu.Unlock()
-	return nil
-}
-func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *errorLog) WithGroup(string) slog.Handler      { return l }
-
-func (l *errorLog) errors() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.msgs...)
-}
-
 // connectAs connects to url as a user of the example configuration. Error
 // records of the connection (permission violations among them) go to the
 // returned log.
-func connectAs(t *testing.T, url, user string) (*nats.Conn, jetstream.JetStream, *errorLog) {
+func connectAs(t *testing.T, url, user string) (*nats.Conn, jetstream.JetStream, *bustest.LogRecorder) {
 	t.Helper()
-	log := &errorLog{}
+	log := &bustest.LogRecorder{Min: slog.LevelError}
 	nc, err := bus.Connect(url, user, slog.New(log), bus.ConnectOptions{User: user, Password: passwords[user]})
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
@@ -237,7 +212,7 @@ func TestAuthConfRoles(t *testing.T) {
 	if err := bus.EnsureStreams(ctx, adminJS, subj, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	logs := map[string]*errorLog{}
+	logs := map[string]*bustest.LogRecorder{}
 	conns := map[string]*nats.Conn{}
 	jss := map[string]jetstream.JetStream{}
 	for _, role := range []string{"envworker", "llmworker", "collector", "trainer"} {
@@ -422,7 +397,7 @@ func TestAuthConfRoles(t *testing.T) {
 		if err := nc.LastError(); err != nil {
 			t.Errorf("%s: %v", role, err)
 		}
-		if errs := logs[role].errors(); len(errs) > 0 {
+		if errs := logs[role].Lines(); len(errs) > 0 {
 			t.Errorf("%s: refused: %q", role, errs)
 		}
 	}

@@ -1,10 +1,14 @@
 // Package bustest provides helpers for tests that run actors on the bus: an
 // embedded NATS server with JetStream and in-process connections to it, all
-// cleaned up when the test ends, and a polling check for conditions that
-// become true asynchronously.
+// cleaned up when the test ends, a server started from a configuration file
+// (with the example configuration's passwords), a recorder of log lines, and
+// a polling check for conditions that become true asynchronously.
 package bustest
 
 import (
+	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +96,38 @@ func CheckFor(t testing.TB, timeout, interval time.Duration, f func() error) {
 		time.Sleep(interval)
 	}
 	t.Fatalf("condition not met after %v: %v", timeout, err)
+}
+
+// LogRecorder is a slog.Handler that keeps the records at or above Min as
+// "LEVEL message key=value …" lines, for tests that check what was logged.
+type LogRecorder struct {
+	Min   slog.Level
+	mu    sync.Mutex
+	lines []string
+}
+
+// Enabled reports whether level is at or above Min.
+func (l *LogRecorder) Enabled(_ context.Context, level slog.Level) bool { return level >= l.Min }
+
+// Handle keeps the record as one line.
+func (l *LogRecorder) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+	return nil
+}
+
+// WithAttrs returns l: attributes added to a logger are not kept.
+func (l *LogRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+
+// WithGroup returns l: groups are not kept.
+func (l *LogRecorder) WithGroup(string) slog.Handler { return l }
+
+// Lines returns a copy of the lines kept so far.
+func (l *LogRecorder) Lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
 }

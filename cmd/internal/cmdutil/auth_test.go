@@ -38,29 +38,10 @@ func fleetAs(url, user, password string) Fleet {
 	return Fleet{NATS: url, NATSAuth: NATSAuth{NATSUser: user, NATSPassword: password}, Prefix: "rf", Replicas: 1, LogLevel: "info"}
 }
 
-// errorLog records a logger's warnings and errors.
-type errorLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (l *errorLog) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelWarn }
-func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
-	msg := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
-	l.mu.Lock()
-	l.msgs = append(l.msgs, msg)
-	l.mu.Unlock()
-	return nil
-}
-func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *errorLog) WithGroup(string) slog.Handler      { return l }
-
-func (l *errorLog) refusals() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// refusals are the logged lines that report a permission refused.
+func refusals(l *bustest.LogRecorder) []string {
 	var out []string
-	for _, m := range l.msgs {
+	for _, m := range l.Lines() {
 		if strings.Contains(strings.ToLower(m), "permission") || strings.Contains(m, "refused") {
 			out = append(out, m)
 		}
@@ -151,10 +132,10 @@ func TestRolesRunTheFleet(t *testing.T) {
 	}
 	t.Cleanup(stopModel)
 
-	logs := map[string]*errorLog{}
+	logs := map[string]*bustest.LogRecorder{}
 	connect := func(role string) (*nats.Conn, jetstream.JetStream, messages.Subjects, *slog.Logger) {
 		t.Helper()
-		logs[role] = &errorLog{}
+		logs[role] = &bustest.LogRecorder{Min: slog.LevelWarn}
 		log := slog.New(logs[role])
 		f := fleetAs(url, role, passwords[role])
 		nc, js, subj, err := f.Connect(ctx, role, log)
@@ -231,7 +212,7 @@ func TestRolesRunTheFleet(t *testing.T) {
 		t.Errorf("%d trajectories of %d episodes (%d failures)", n, episodes, failures.Load())
 	}
 	for role, l := range logs {
-		if r := l.refusals(); len(r) > 0 {
+		if r := refusals(l); len(r) > 0 {
 			t.Errorf("%s: %q", role, r)
 		}
 	}
