@@ -26,14 +26,26 @@ const (
 // no-op, so a retried publish never stores twice. Oversize messages fail at
 // once with ErrTooLarge.
 func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) error {
+	_, err := PublishMsg(ctx, js, &nats.Msg{Subject: subject, Data: data}, msgID)
+	return err
+}
+
+// PublishMsg is Publish for a message with headers; it returns the store's
+// acknowledgement, which names the stream sequence the message got (or the
+// sequence of the earlier copy when msgID made it a duplicate).
+func PublishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, msgID string) (*jetstream.PubAck, error) {
+	subject, data := msg.Subject, msg.Data
 	if max := js.Conn().MaxPayload(); max > 0 && int64(len(data)) > max {
-		return fmt.Errorf("%w: %s: %d bytes > %d", ErrTooLarge, subject, len(data), max)
+		return nil, fmt.Errorf("%w: %s: %d bytes > %d", ErrTooLarge, subject, len(data), max)
 	}
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
-	var err error
+	var (
+		ack *jetstream.PubAck
+		err error
+	)
 	for attempt := range publishAttempts {
 		if attempt > 0 {
 			t := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
@@ -41,11 +53,11 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return fmt.Errorf("bus: publish %s: %w", subject, ctx.Err())
+				return nil, fmt.Errorf("bus: publish %s: %w", subject, ctx.Err())
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
-		_, err = js.Publish(actx, subject, data, opts...)
+		ack, err = js.PublishMsg(actx, msg, opts...)
 		cancel()
 		if err == nil || !retryablePublish(err) {
 			break
@@ -54,12 +66,12 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// Headers count too, so a message just under the limit can still be
 		// refused by the client: the same permanent condition.
-		return fmt.Errorf("%w: %s: %v", ErrTooLarge, subject, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrTooLarge, subject, err)
 	}
 	if err != nil {
-		return fmt.Errorf("bus: publish %s: %w", subject, err)
+		return nil, fmt.Errorf("bus: publish %s: %w", subject, err)
 	}
-	return nil
+	return ack, nil
 }
 
 func retryablePublish(err error) bool {

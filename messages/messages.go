@@ -189,7 +189,11 @@ type StepEvent struct {
 	Turn      int32  `msgpack:"tn"` // 0-based model turn
 	// Attempt numbers the runs of an episode (its delivery count): a redelivered episode starts
 	// over, and the collector keeps only the steps of the latest attempt it has seen.
-	Attempt        int32              `msgpack:"a,omitempty"`
+	Attempt int32 `msgpack:"a,omitempty"`
+	// Request is the episodes-stream sequence of the request this run plays (0 when unknown).
+	// An episode id submitted twice is two requests: their runs are told apart by it and
+	// never spliced into one trajectory.
+	Request        uint64             `msgpack:"rq,omitempty"`
 	Episode        *EpisodeRequest    `msgpack:"er,omitempty"` // turn 0 only: the request, so the collector needs nothing else
 	PromptTokens   Tokens             `msgpack:"pt,omitempty"` // turn 0, or every turn of a single-turn style
 	ActionTokens   Tokens             `msgpack:"at"`

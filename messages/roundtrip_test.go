@@ -55,7 +55,7 @@ var (
 	extremeLogprobs = Logprobs{
 		-9999.0,
 		float32(math.Copysign(0, -1)),
-		math.Float32frombits(1),           // smallest subnormal
+		math.Float32frombits(0x80000002),  // a negative subnormal
 		-math.Float32frombits(0x007fffff), // largest subnormal, negated
 		-math.MaxFloat32,
 		-math.SmallestNonzeroFloat32,

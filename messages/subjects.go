@@ -201,12 +201,25 @@ func ParseToken(tok string) (string, error) {
 	return b.String(), nil
 }
 
-// StepMsgID is the JetStream de-duplication id of a StepEvent: "<episode>/<attempt>/<turn>".
-// The attempt and turn follow the last two '/', so distinct triples never share an id, and a
-// rerun of an episode (a redelivery) never collides with the steps an earlier run stored.
-func StepMsgID(episode string, attempt, turn int32) string {
-	return episode + "/" + strconv.FormatInt(int64(attempt), 10) + "/" + strconv.FormatInt(int64(turn), 10)
+// StepMsgID is the JetStream de-duplication id of a StepEvent:
+// "<episode>/<request>/<attempt>/<turn>". The three numbers follow the last three '/', so
+// distinct runs never share an id: a rerun of an episode (a redelivery) never collides with
+// the steps an earlier run stored, nor does a second submission of the same episode id.
+func StepMsgID(episode string, request uint64, attempt, turn int32) string {
+	return episode + "/" + strconv.FormatUint(request, 10) + "/" + strconv.FormatInt(int64(attempt), 10) +
+		"/" + strconv.FormatInt(int64(turn), 10)
 }
+
+// OutcomeHeader marks the message that records, on an episode's steps subject, that its
+// outcome is stored: the header's value is the outcome's kind ("trajectory" or a failure
+// kind) and the message has no body. The collector writes it after the outcome and then
+// purges the episode's steps before it, so the steps stream keeps only undecided episodes, and
+// any later delivery of the episode (a late run, a redelivered or re-submitted request) finds
+// it decided.
+const OutcomeHeader = "Rf-Outcome"
+
+// OutcomeMarkerMsgID is the JetStream de-duplication id of an episode's outcome marker.
+func OutcomeMarkerMsgID(episode string) string { return episode + "/outcome" }
 
 // TrajectoryMsgID is the JetStream de-duplication id of a Trajectory: its episode id, since an
 // episode has exactly one trajectory.

@@ -108,12 +108,16 @@ func checkFinite(field string, x float64) *ValidationError {
 	return nil
 }
 
-// checkFiniteLogprobs checks that lp[from:to] are finite; errors name the index in lp.
+// checkFiniteLogprobs checks that lp[from:to] are finite and not positive (a log-probability
+// is at most 0); errors name the index in lp.
 func checkFiniteLogprobs(field string, lp Logprobs, from, to int) *ValidationError {
 	const exponent = 0x7f800000 // all ones: infinity or NaN; one test per logprob on the hot path
 	for i := from; i < to; i++ {
-		if math.Float32bits(lp[i])&exponent == exponent {
+		switch bits := math.Float32bits(lp[i]); {
+		case bits&exponent == exponent:
 			return invalid(fmt.Sprintf("%s[%d]", field, i), "must be finite, got %v", lp[i])
+		case lp[i] > 0:
+			return invalid(fmt.Sprintf("%s[%d]", field, i), "must be <= 0 (a log-probability), got %v", lp[i])
 		}
 	}
 	return nil
@@ -346,6 +350,9 @@ func (e *StepEvent) validate() *ValidationError {
 		return invalid("action_tokens", "empty, which only an end marker (done) may be")
 	}
 	return first(
+		checkTokenIDs("prompt_tokens", e.PromptTokens),
+		checkTokenIDs("action_tokens", e.ActionTokens),
+		checkTokenIDs("feedback_tokens", e.FeedbackTokens),
 		checkFiniteLogprobs("action_logprobs", e.ActionLogprobs, 0, len(e.ActionLogprobs)),
 		checkFinite("reward", e.Reward),
 		checkFinite("score", e.Score),
@@ -447,6 +454,9 @@ func (t *Trajectory) checkSamples() *ValidationError {
 // checkActions checks one token sequence: one logprob per token, then the action ranges, then
 // the logprobs they delimit.
 func checkActions(tokens Tokens, ranges Ranges, lp Logprobs) *ValidationError {
+	if e := checkTokenIDs("observation_tokens", tokens); e != nil {
+		return e
+	}
 	if len(lp) != len(tokens) {
 		return invalid("rollout_log_probs", "%d logprobs for %d observation tokens", len(lp), len(tokens))
 	}

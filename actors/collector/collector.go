@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus"
@@ -41,6 +42,21 @@ type Options struct {
 	PinnedTTL time.Duration
 	// Filter enables dynamic filtering of groups; nil keeps every complete group.
 	Filter *ScoreRange
+	// MaxAttempts is the highest attempt number a step may carry (default
+	// 16). An env worker numbers its runs of an episode by delivery and
+	// gives up after its --max-deliver (default 5), so no honest step has a
+	// higher one; such steps are ignored, never assembled.
+	MaxAttempts int32
+	// CacheEpisodes and CacheBytes bound the steps held in memory for
+	// episodes being assembled (defaults 65,536 episodes and 256 MiB). An
+	// episode evicted from the cache is read back from the steps stream
+	// when it ends, so the bounds trade memory for reads, never for data.
+	CacheEpisodes int
+	CacheBytes    int64
+	// IdleTimeout evicts an episode whose steps stopped arriving for this
+	// long (default 5m): usually one that another collector decided or a
+	// run that a redelivery superseded.
+	IdleTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -55,6 +71,18 @@ func (o *Options) setDefaults() {
 	if o.PinnedTTL <= 0 {
 		o.PinnedTTL = 10 * time.Second
 	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 16
+	}
+	if o.CacheEpisodes <= 0 {
+		o.CacheEpisodes = 1 << 16
+	}
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = 256 << 20
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 5 * time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -67,8 +95,15 @@ type Stats struct {
 	// Filtered those the score filter dropped, Incomplete those with a failed
 	// member.
 	Groups, GroupsKept, GroupsFiltered, GroupsIncomplete uint64
-	// InFlight is the number of episodes being assembled.
-	InFlight int
+	// InFlight is the number of episodes whose steps are cached, CachedBytes
+	// their estimated size.
+	InFlight    int
+	CachedBytes int64
+	// Evicted counts episodes dropped from the cache (bounds or idleness);
+	// Reloaded the episodes assembled from the steps stream because this
+	// collector had not seen all their steps; Rejected the steps ignored as
+	// no honest env worker sends them.
+	Evicted, Reloaded, Rejected uint64
 }
 
 // PassRate is the share of complete groups that passed dynamic filtering.
@@ -80,20 +115,26 @@ func (s Stats) PassRate() float64 {
 }
 
 // Collector assembles trajectories. Create it with New and run it with Run.
+//
+// The steps stream is the collector's truth; what it holds in memory is a
+// cache. An episode is decided when its terminal step (done, or an error)
+// is delivered: the run that step ends is assembled from the cache when
+// every earlier step of the run came to this collector, and read back from
+// the stream otherwise — after a restart, or when a standby collector
+// acknowledged some of its steps while it held the pin. The outcome is
+// published with the episode id as its message id, then an outcome marker
+// on the episode's steps subject, then the episode's steps are purged: any
+// later step of the episode, on any collector, finds it decided.
 type Collector struct {
 	js   jetstream.JetStream
 	opts Options
 	log  *slog.Logger
 
-	// Only the consume goroutine touches these, except stats under mu.
-	steps jetstream.Stream // set by Run before the first message
-	// episodes holds the runs being assembled, by episode and attempt. A
-	// redelivered episode usually has one live run, but a worker that lost
-	// touch with the server for a while may finish its run after another
-	// worker took the episode over: the first run to finish decides it.
-	episodes map[string]map[int32]*partial
-	finished *recent
+	steps    jetstream.Stream // set by Run before the first message
+	cache    *cache
+	finished *recent // only the consume goroutine touches it
 	groups   map[string]*group
+	markWarn every
 
 	mu      sync.Mutex
 	stats   Stats
@@ -105,9 +146,10 @@ func New(js jetstream.JetStream, opts Options) *Collector {
 	opts.setDefaults()
 	c := &Collector{
 		js: js, opts: opts, log: opts.Logger.With("actor", "collector"),
-		episodes: make(map[string]map[int32]*partial),
+		cache:    newCache(opts.CacheEpisodes, opts.CacheBytes),
 		finished: newRecent(1 << 18),
 		groups:   make(map[string]*group),
+		markWarn: every{interval: time.Minute},
 	}
 	c.counted = sync.NewCond(&c.mu)
 	return c
@@ -141,9 +183,10 @@ func (c *Collector) Stats() Stats {
 }
 
 func (c *Collector) count(f func(*Stats)) {
+	episodes, bytes, evicted := c.cache.size()
 	c.mu.Lock()
 	f(&c.stats)
-	c.stats.InFlight = len(c.episodes)
+	c.stats.InFlight, c.stats.CachedBytes, c.stats.Evicted = episodes, bytes, evicted
 	c.counted.Broadcast()
 	c.mu.Unlock()
 }
@@ -157,10 +200,10 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 		AckWait:       time.Minute,
 		MaxAckPending: 8192,
 		FilterSubject: opts.Subjects.StepsAll(),
-		// An episode's steps must all reach one collector. Pinning makes any
-		// further collector on the same durable a standby that takes over
-		// when the active one stops pulling, instead of a second consumer
-		// that would split episodes between the two.
+		// Pinning makes any further collector on the same durable a hot
+		// standby. Correctness does not depend on it (a hand-over in the
+		// middle of an episode is read back from the stream), but groups
+		// are assembled in the active collector's memory.
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PriorityGroups: []string{pinGroup},
 		PinnedTTL:      opts.PinnedTTL,
@@ -184,91 +227,190 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.steps = steps
 	// Handlers get their own context: the messages a shutdown drains still
 	// have their outcomes published (each publish is bounded by bus.Publish)
-	// instead of failing and coming back to a collector that lacks their
-	// episodes' earlier steps.
+	// instead of failing and coming back to another collector.
 	work := context.WithoutCancel(ctx)
-	// Consume delivers serially on one goroutine: the episode maps need no lock.
+	// Consume delivers serially on one goroutine.
 	cc, err := cons.Consume(func(m jetstream.Msg) { c.handle(work, m) },
 		jetstream.PullMaxMessages(1024), jetstream.PullPriorityGroup(pinGroup),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			switch {
+			case errors.Is(err, jetstream.ErrNoHeartbeat):
+			case errors.Is(err, jetstream.ErrPinIDMismatch):
+				// Another collector holds the pin now; this one waits as
+				// the standby. Nothing it holds depends on the pin.
+				c.log.Debug("pin moved to another collector")
+			default:
 				c.log.Warn("consume", "err", err)
 			}
 		}))
 	if err != nil {
 		return fmt.Errorf("collector: consume: %w", err)
 	}
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		c.sweep(ctx)
+	}()
 	c.log.Info("collector ready")
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()
+	<-sweepDone
 	st := c.Stats()
 	c.log.Info("collector stopped", "trajectories", st.Trajectories, "failures", st.Failures,
 		"groups_kept", st.GroupsKept, "groups_filtered", st.GroupsFiltered, "in_flight", st.InFlight)
 	return nil
 }
 
+// sweep expires idle cache entries until ctx ends.
+func (c *Collector) sweep(ctx context.Context) {
+	t := time.NewTicker(max(c.opts.IdleTimeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if c.cache.expire(now, c.opts.IdleTimeout) > 0 {
+				c.count(func(*Stats) {})
+			}
+		}
+	}
+}
+
 func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
+	if kind := m.Headers().Get(messages.OutcomeHeader); kind != "" {
+		// An outcome marker: whoever wrote it decided the episode.
+		if id, err := c.episodeOf(m.Subject()); err == nil {
+			c.decided(id)
+		}
+		_ = m.Ack()
+		return
+	}
 	ev, err := messages.Decode[messages.StepEvent](m.Data())
+	if err == nil {
+		if id, perr := c.episodeOf(m.Subject()); perr != nil || id != ev.EpisodeID {
+			err = fmt.Errorf("step of episode %q published on subject %s", ev.EpisodeID, m.Subject())
+		}
+	}
 	if err != nil {
 		c.malformed(ctx, m, err)
 		return
 	}
 	if c.finished.has(ev.EpisodeID) {
-		_ = m.Ack() // a redelivery of an episode already decided
+		_ = m.Ack() // a redelivery, or a late run, of an episode already decided
 		return
 	}
-	runs := c.episodes[ev.EpisodeID]
-	p := runs[ev.Attempt]
-	if p == nil {
-		p = &partial{attempt: ev.Attempt, pending: map[int32]*messages.StepEvent{}}
-		if ev.Turn > 0 {
-			// A later turn of an episode this collector has not seen:
-			// usually an earlier collector acknowledged the first steps and
-			// stopped. The steps stream still holds them.
-			decided, err := c.reload(ctx, m, ev.EpisodeID, p)
-			if err != nil {
-				c.settle(m, err, false)
-				return
-			}
-			if decided {
-				c.finished.add(ev.EpisodeID)
-				_ = m.Ack()
-				return
-			}
-		}
-		if runs == nil {
-			runs = make(map[int32]*partial, 1)
-			c.episodes[ev.EpisodeID] = runs
-		}
-		runs[ev.Attempt] = p
-		c.count(func(*Stats) {}) // refreshes InFlight
-	}
-	if ev.Error != "" && p.outcome == nil {
-		// A run that failed decides at once: the turns it names before the
-		// error may never have been stored.
-		p.apply(ev)
-		c.settle(m, c.finish(ctx, ev.EpisodeID, p), false)
+	if ev.Attempt > c.opts.MaxAttempts {
+		c.reject(m, ev, fmt.Sprintf("attempt %d, above the highest possible %d", ev.Attempt, c.opts.MaxAttempts))
 		return
 	}
-	if ev.Turn < p.next && p.outcome == nil {
-		_ = m.Ack() // duplicate of a turn already applied
+	meta, err := m.Metadata()
+	if err != nil {
+		c.settle(m, fmt.Errorf("step metadata: %w", err), false)
 		return
 	}
-	p.pending[ev.Turn] = ev
-	for p.outcome == nil {
-		next, ok := p.pending[p.next]
-		if !ok {
-			break
-		}
-		delete(p.pending, p.next)
-		p.apply(next)
-	}
-	if p.outcome == nil {
+	key := runKey{request: ev.Request, attempt: ev.Attempt}
+	s := stored{seq: meta.Sequence.Stream, ev: slim(ev)}
+	if !ev.Done && ev.Error == "" {
+		c.cache.add(key, s, time.Now())
+		c.count(func(*Stats) {})
 		_ = m.Ack()
 		return
 	}
-	c.settle(m, c.finish(ctx, ev.EpisodeID, p), false)
+	c.settle(m, c.decide(ctx, key, s), false)
+}
+
+// reject ignores a step no honest env worker sends. The run it claims to
+// belong to cannot exist, so ignoring it loses nothing.
+func (c *Collector) reject(m jetstream.Msg, ev *messages.StepEvent, why string) {
+	c.log.Warn("step rejected", "subject", m.Subject(), "episode", ev.EpisodeID, "attempt", ev.Attempt, "turn", ev.Turn, "reason", why)
+	c.count(func(s *Stats) { s.Rejected++ })
+	_ = m.Term()
+}
+
+// decide records the outcome of the run that the terminal step s ends.
+func (c *Collector) decide(ctx context.Context, key runKey, s stored) error {
+	ev := s.ev
+	id := ev.EpisodeID
+	var p *partial
+	if ev.Error != "" {
+		// A run that failed decides at once: the turns it names before the
+		// error may never have been stored. Its request (for the group) is
+		// read back when this collector has not seen it.
+		p = &partial{req: c.cache.request(id, key)}
+		var decided bool
+		if p.req != nil {
+			var err error
+			if decided, err = c.isDecided(ctx, id); err != nil {
+				return err
+			}
+		} else {
+			ep, err := c.readEpisode(ctx, id)
+			if err != nil {
+				return err
+			}
+			decided, p.req = ep.decided, ep.request(key)
+		}
+		if decided {
+			c.decided(id)
+			return nil
+		}
+		p.apply(ev)
+	} else {
+		r := c.cache.run(id, key)
+		if r == nil {
+			r = make(run, 1)
+		}
+		r[ev.Turn] = s
+		var complete bool
+		if p, complete = assemble(r, ev.Turn); complete {
+			decided, err := c.isDecided(ctx, id)
+			if err != nil {
+				return err
+			}
+			if decided {
+				c.decided(id)
+				return nil
+			}
+		} else {
+			ep, err := c.readEpisode(ctx, id)
+			if err != nil {
+				return err
+			}
+			if ep.decided {
+				c.decided(id)
+				return nil
+			}
+			r = ep.runs[key]
+			if r == nil {
+				r = make(run, 1)
+			}
+			r[ev.Turn] = s
+			if p, complete = assemble(r, ev.Turn); !complete {
+				// The stream holds no earlier turns of this run: no env
+				// worker stores a terminal step before them.
+				c.log.Warn("step rejected", "episode", id, "attempt", ev.Attempt, "turn", ev.Turn,
+					"reason", "ends a run whose earlier turns were never stored")
+				c.count(func(s *Stats) { s.Rejected++ })
+				return nil
+			}
+			c.count(func(s *Stats) { s.Reloaded++ })
+		}
+	}
+	return c.record(ctx, id, p)
+}
+
+// decided forgets an episode that is decided.
+func (c *Collector) decided(id string) {
+	c.finished.add(id)
+	c.cache.drop(id)
+	c.count(func(*Stats) {})
+}
+
+// episodeOf returns the episode id a steps subject names.
+func (c *Collector) episodeOf(subject string) (string, error) {
+	return messages.ParseToken(strings.TrimPrefix(subject, strings.TrimSuffix(c.opts.Subjects.StepsAll(), ">")))
 }
 
 // malformed records a step event that cannot be decoded. Its subject still
@@ -281,74 +423,33 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 		V: messages.Version, Kind: messages.FailureMalformed, Reason: cause.Error(),
 		Subject: m.Subject(), Time: time.Now().UnixNano(), Payload: messages.FailurePayload(m.Data()),
 	}
-	id, err := messages.ParseToken(strings.TrimPrefix(m.Subject(), strings.TrimSuffix(c.opts.Subjects.StepsAll(), ">")))
+	id, err := c.episodeOf(m.Subject())
 	open := err == nil && !c.finished.has(id)
-	var p *partial
-	msgID := ""
 	if open {
-		for _, run := range c.episodes[id] {
-			if run.req != nil {
-				p = run
-			}
+		decided, err := c.isDecided(ctx, id)
+		if err != nil {
+			c.settle(m, err, false)
+			return
 		}
-		f.EpisodeID, msgID = id, messages.TrajectoryMsgID(id)
-		if p != nil {
-			f.GroupID, f.Env = p.req.GroupID, p.req.Env
-		}
+		open = !decided
 	}
-	if err := c.publish(ctx, c.opts.Subjects.Failures(messages.FailureMalformed), f, msgID); err != nil {
-		c.settle(m, err, true)
+	if !open {
+		if err := c.publish(ctx, c.opts.Subjects.Failures(messages.FailureMalformed), f, ""); err != nil {
+			c.settle(m, err, true)
+			return
+		}
+		c.count(func(s *Stats) { s.Malformed++ })
+		c.settle(m, nil, true)
 		return
 	}
-	if open {
-		delete(c.episodes, id)
-		c.finished.add(id)
+	f.EpisodeID = id
+	p := &partial{req: c.cache.request(id, runKey{})}
+	if p.req != nil {
+		f.GroupID, f.Env = p.req.GroupID, p.req.Env
 	}
-	c.count(func(s *Stats) {
-		s.Malformed++
-		if open {
-			s.Failures++
-		}
-	})
-	if open && p != nil {
-		c.addToGroup(ctx, p, nil)
-	}
-	c.settle(m, nil, true)
-}
-
-// reload queues into p the stored steps of episode id that precede m, so
-// that an episode survives a collector restart. It reports whether one of
-// them cannot be decoded: that step decided the episode when it was
-// delivered (see malformed).
-func (c *Collector) reload(ctx context.Context, m jetstream.Msg, id string, p *partial) (decided bool, err error) {
-	meta, err := m.Metadata()
-	if err != nil {
-		return false, fmt.Errorf("reload episode %s: %w", id, err)
-	}
-	subject := c.opts.Subjects.Steps(id)
-	// Later steps are left to their own delivery, so that each is handled
-	// once, in order.
-	for seq := uint64(1); seq < meta.Sequence.Stream; {
-		raw, err := c.steps.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			return false, fmt.Errorf("reload episode %s: %w", id, err)
-		}
-		if raw.Sequence >= meta.Sequence.Stream {
-			break
-		}
-		ev, err := messages.Decode[messages.StepEvent](raw.Data)
-		if err != nil {
-			return true, nil
-		}
-		if ev.Attempt == p.attempt {
-			p.pending[ev.Turn] = ev
-		}
-		seq = raw.Sequence + 1
-	}
-	return false, nil
+	p.outcome = &outcome{failure: f}
+	c.count(func(s *Stats) { s.Malformed++ })
+	c.settle(m, c.record(ctx, id, p), true)
 }
 
 // settle acks a message whose effect is durable, or hands it back when
@@ -365,9 +466,10 @@ func (c *Collector) settle(m jetstream.Msg, err error, term bool) {
 	}
 }
 
-// finish publishes an episode's outcome and feeds its group. On error the
-// episode stays assembled, so the redelivered last step retries the publish.
-func (c *Collector) finish(ctx context.Context, id string, p *partial) error {
+// record publishes an episode's outcome, marks the episode decided on its
+// steps subject, purges its steps and feeds its group. On error nothing is
+// marked, so the redelivered terminal step retries.
+func (c *Collector) record(ctx context.Context, id string, p *partial) error {
 	out := p.outcome
 	if out.traj != nil {
 		data, err := messages.Marshal(out.traj)
@@ -383,13 +485,15 @@ func (c *Collector) finish(ctx context.Context, id string, p *partial) error {
 			return err
 		}
 	}
+	kind := "trajectory"
 	if out.failure != nil {
+		kind = out.failure.Kind
 		if err := c.publish(ctx, c.opts.Subjects.Failures(out.failure.Kind), out.failure, messages.TrajectoryMsgID(id)); err != nil {
 			return err
 		}
 	}
-	delete(c.episodes, id)
-	c.finished.add(id)
+	c.markDecided(ctx, id, kind)
+	c.decided(id)
 	c.count(func(s *Stats) {
 		if out.traj != nil {
 			s.Trajectories++
@@ -405,6 +509,107 @@ func (c *Collector) finish(ctx context.Context, id string, p *partial) error {
 	}
 	c.addToGroup(ctx, p, out.traj)
 	return nil
+}
+
+// markDecided stores the outcome marker on the episode's steps subject and
+// purges the steps before it. The outcome is stored already, and within the
+// duplicate window a repeat of it is a no-op, so a failure here only costs
+// disk until the steps' max age and is logged, not retried.
+func (c *Collector) markDecided(ctx context.Context, id, kind string) {
+	subject := c.opts.Subjects.Steps(id)
+	msg := &nats.Msg{Subject: subject, Header: nats.Header{messages.OutcomeHeader: []string{kind}}}
+	ack, err := bus.PublishMsg(ctx, c.js, msg, messages.OutcomeMarkerMsgID(id))
+	if err == nil {
+		err = c.steps.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(ack.Sequence))
+	}
+	if err != nil && c.markWarn.allow(time.Now()) {
+		c.log.Warn("marking episode decided failed; its steps stay until their max age", "episode", id, "err", err)
+	}
+}
+
+// every lets one event through per interval: one log line, not a storm,
+// when the same failure repeats for every episode.
+type every struct {
+	interval time.Duration
+	mu       sync.Mutex
+	last     time.Time
+}
+
+func (e *every) allow(now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.last.IsZero() && now.Sub(e.last) < e.interval {
+		return false
+	}
+	e.last = now
+	return true
+}
+
+// isDecided reports whether the episode's steps subject starts with an
+// outcome marker, as it does once an outcome is recorded and its steps
+// purged.
+func (c *Collector) isDecided(ctx context.Context, id string) (bool, error) {
+	raw, err := c.steps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(c.opts.Subjects.Steps(id)))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read steps of %s: %w", id, err)
+	}
+	return raw.Header.Get(messages.OutcomeHeader) != "", nil
+}
+
+// storedEpisode is an episode's steps as the stream holds them.
+type storedEpisode struct {
+	runs map[runKey]run
+	// decided is set when the stream holds the episode's outcome marker, or
+	// a step that cannot be decoded (its own delivery decides the episode).
+	decided bool
+}
+
+// request returns the episode request of the given run, or of any run.
+func (e *storedEpisode) request(key runKey) *messages.EpisodeRequest {
+	if s, ok := e.runs[key][0]; ok {
+		return s.ev.Episode
+	}
+	for _, r := range e.runs {
+		if s, ok := r[0]; ok {
+			return s.ev.Episode
+		}
+	}
+	return nil
+}
+
+// readEpisode reads every stored step of an episode.
+func (c *Collector) readEpisode(ctx context.Context, id string) (*storedEpisode, error) {
+	ep := &storedEpisode{runs: make(map[runKey]run)}
+	subject := c.opts.Subjects.Steps(id)
+	for seq := uint64(1); ; {
+		raw, err := c.steps.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return ep, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read steps of %s: %w", id, err)
+		}
+		seq = raw.Sequence + 1
+		if raw.Header.Get(messages.OutcomeHeader) != "" {
+			ep.decided = true
+			return ep, nil
+		}
+		ev, err := messages.Decode[messages.StepEvent](raw.Data)
+		if err != nil || ev.EpisodeID != id {
+			ep.decided = true
+			return ep, nil
+		}
+		key := runKey{request: ev.Request, attempt: ev.Attempt}
+		if ep.runs[key] == nil {
+			ep.runs[key] = make(run)
+		}
+		if _, dup := ep.runs[key][ev.Turn]; !dup {
+			ep.runs[key][ev.Turn] = stored{seq: raw.Sequence, ev: ev}
+		}
+	}
 }
 
 func (c *Collector) publish(ctx context.Context, subject string, v any, msgID string) error {

@@ -78,18 +78,13 @@ func checkTrajectory(t *testing.T, got, want *messages.Trajectory) {
 }
 
 func TestAssemblesTrajectory(t *testing.T) {
-	// Orders in which the env worker's steps may reach the collector: a
-	// redelivery reorders them, and a retried publish outside the stream's
-	// duplicate window repeats them.
+	// A retried publish outside the stream's duplicate window repeats steps.
 	for _, tc := range []struct {
 		name  string
 		order []int
 	}{
 		{"in order", []int{0, 1, 2}},
-		{"turn 2 before turn 1", []int{0, 2, 1}},
-		{"last turn first", []int{2, 1, 0}},
 		{"every turn twice", []int{0, 0, 1, 1, 2, 2}},
-		{"pending turn twice", []int{0, 2, 2, 1}},
 		{"repeats after the end", []int{0, 1, 2, 1, 0, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,6 +98,37 @@ func TestAssemblesTrajectory(t *testing.T) {
 			checkTrajectory(t, f.outputs(t).only(t), want)
 			if st := c.Stats(); st.Trajectories != 1 || st.Failures != 0 || st.InFlight != 0 {
 				t.Errorf("stats %+v, want one trajectory and nothing in flight", st)
+			}
+		})
+	}
+}
+
+// TestStepsOutOfOrder: an env worker stores each step after the previous
+// one was acknowledged, so a run whose steps were stored out of turn order
+// was not played by one; it ends as an invariant failure, not a trajectory.
+func TestStepsOutOfOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		order []int
+	}{
+		{"turn 2 before turn 1", []int{0, 2, 1}},
+		{"last turn first", []int{2, 1, 0}},
+		{"pending turn twice", []int{0, 2, 2, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, bus.ServerOptions{})
+			steps, want := threeTurns()
+			for _, i := range tc.order {
+				f.publish(t, steps[i])
+			}
+			c := f.start(t, Options{})
+			f.settled(t, "collector")
+			fail := f.outputs(t).onlyFailure(t)
+			if fail.EpisodeID != want.EpisodeID || fail.Kind != messages.FailureInvariant || !strings.Contains(fail.Reason, "out of order") {
+				t.Errorf("failure %+v, want an invariant failure naming the order", fail)
+			}
+			if st := c.Stats(); st.Failures != 1 || st.InFlight != 0 {
+				t.Errorf("stats %+v", st)
 			}
 		})
 	}
@@ -555,7 +581,6 @@ func TestRestartResumesEpisode(t *testing.T) {
 	}{
 		{"after turn 0", []int{0}, []int{1, 2}},
 		{"after turn 1", []int{0, 1}, []int{2}},
-		{"last turn out of order", []int{0, 2}, []int{1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, bus.ServerOptions{})
@@ -617,8 +642,13 @@ func TestShutdownRecordsDrainedOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-stopped
-	if err := f.isSettled("collector"); err != nil {
-		t.Fatalf("the last step was not acknowledged before Run returned: %v", err)
+	// The stream now also holds the outcome marker, which nobody consumed.
+	cons, err := f.js.Consumer(ctx, f.subj.StreamSteps(), "collector")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci, err := cons.Info(ctx); err != nil || ci.NumAckPending != 0 || ci.AckFloor.Stream < 3 {
+		t.Fatalf("the last step was not acknowledged before Run returned: %+v %v", ci, err)
 	}
 	checkTrajectory(t, f.outputs(t).only(t), want)
 }

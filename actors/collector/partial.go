@@ -1,18 +1,18 @@
 package collector
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/rollfleet/rollfleet/messages"
 )
 
-// partial is one episode being assembled from its steps, in turn order.
+// partial is one run of an episode being assembled from its steps, in turn
+// order.
 type partial struct {
-	req     *messages.EpisodeRequest
-	attempt int32                         // the run whose steps these are
-	next    int32                         // next turn to apply
-	pending map[int32]*messages.StepEvent // steps that arrived ahead of a gap
+	req  *messages.EpisodeRequest
+	next int32 // next turn to apply
 
 	tokens      []int32
 	logprobs    []float32
@@ -36,6 +36,36 @@ type partial struct {
 type outcome struct {
 	traj    *messages.Trajectory
 	failure *messages.Failure
+}
+
+// assemble builds the outcome of a run whose terminal step is turn last. It
+// reports false when a turn before it is missing from r. Steps must have
+// been stored in turn order, as an env worker stores them (each after the
+// previous one was acknowledged); a run whose steps were not is no honest
+// run, and ends as an invariant failure.
+func assemble(r run, last int32) (*partial, bool) {
+	p := &partial{}
+	var prev uint64
+	for t := int32(0); t <= last; t++ {
+		s, ok := r[t]
+		if !ok {
+			return nil, false
+		}
+		if s.seq <= prev {
+			p.outcome = &outcome{failure: p.failureAt(messages.FailureInvariant,
+				fmt.Sprintf("steps out of order: turn %d was stored before turn %d", t, t-1), t, s.ev.EpisodeID)}
+			return p, true
+		}
+		prev = s.seq
+		p.apply(s.ev)
+		if p.outcome != nil {
+			return p, true
+		}
+	}
+	if p.outcome == nil { // the last step was no terminal one
+		return nil, false
+	}
+	return p, true
 }
 
 // apply adds the next step in order; a terminal step decides the outcome.

@@ -71,6 +71,7 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err == nil {
 		ep.attempt = int32(min(meta.NumDelivered, 1<<30))
+		ep.request = meta.Sequence.Stream
 	}
 	w.live.Store(ep, msg)
 	defer w.live.Delete(ep)
@@ -115,7 +116,7 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 // now instead of playing once more — unless an earlier run finished after
 // all.
 func (e *episode) giveUp(ctx context.Context) error {
-	prior, err := e.w.loadPriorRun(ctx, e.req.EpisodeID)
+	prior, err := e.w.loadPriorRun(ctx, e.req.EpisodeID, e.request)
 	if err != nil {
 		return err
 	}
@@ -147,6 +148,10 @@ type episode struct {
 	// starts over), and its steps carry the attempt so they never mix with
 	// an earlier run's.
 	attempt int32
+	// request is the episodes-stream sequence of the request: a second
+	// submission of the same episode id is another run, never spliced into
+	// this one.
+	request uint64
 	// resumed counts the moves of this episode between workers.
 	resumed int32
 
@@ -190,7 +195,7 @@ func (e *episode) run(ctx context.Context) error {
 	}
 	if e.attempt > 1 {
 		// Delivered again: an earlier worker may have played some turns.
-		prior, err := e.w.loadPriorRun(ctx, req.EpisodeID)
+		prior, err := e.w.loadPriorRun(ctx, req.EpisodeID, e.request)
 		if err != nil {
 			return err
 		}
@@ -466,14 +471,16 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	// Its own message id: the turn it names may have been stored already
 	// (a republished step) or never (a step that failed to publish), and
 	// the collector decides on an error step whatever turns came before.
-	id := messages.StepMsgID(e.req.EpisodeID, e.attempt, ev.Turn) + "/error"
+	ev.Request = e.request
+	id := messages.StepMsgID(e.req.EpisodeID, e.request, e.attempt, ev.Turn) + "/error"
 	return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, id)
 }
 
 // publishStep stores a step event; a step too large to publish fails the
 // episode rather than being retried forever.
 func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error {
-	err := e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.attempt, ev.Turn))
+	ev.Request = e.request
+	err := e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.request, e.attempt, ev.Turn))
 	if errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 		return fmt.Errorf("%w: step %d: %v", errEpisode, ev.Turn, err)
 	}

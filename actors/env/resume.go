@@ -21,15 +21,19 @@ type priorRun struct {
 }
 
 // loadPriorRun reads the episode's stored steps and keeps the longest
-// contiguous run of its latest attempt that has a turn 0. A step that
-// cannot be decoded ends the run there.
-func (w *Worker) loadPriorRun(ctx context.Context, id string) (*priorRun, error) {
+// contiguous run of the latest attempt of the given request (the episodes
+// stream sequence of this submission) that has a turn 0: another submission
+// of the same episode id is another request, which this run must not
+// continue. The episode is decided when any run of any request stored its
+// terminal step, or the collector its outcome marker.
+func (w *Worker) loadPriorRun(ctx context.Context, id string, request uint64) (*priorRun, error) {
 	st, err := w.js.Stream(ctx, w.opts.Subjects.StreamSteps())
 	if err != nil {
 		return nil, fmt.Errorf("steps stream: %w", err)
 	}
 	subject := w.opts.Subjects.Steps(id)
 	byAttempt := map[int32]map[int32]*messages.StepEvent{}
+	decided := false
 	for seq := uint64(1); ; {
 		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -39,8 +43,17 @@ func (w *Worker) loadPriorRun(ctx context.Context, id string) (*priorRun, error)
 			return nil, fmt.Errorf("read steps of %s: %w", id, err)
 		}
 		seq = raw.Sequence + 1
+		if raw.Header.Get(messages.OutcomeHeader) != "" {
+			return &priorRun{decided: true}, nil
+		}
 		ev, err := messages.Decode[messages.StepEvent](raw.Data)
 		if err != nil {
+			continue
+		}
+		if ev.Error != "" || ev.Done && ev.Request != request {
+			decided = true // the collector decides on an error step at once
+		}
+		if ev.Request != request {
 			continue
 		}
 		if byAttempt[ev.Attempt] == nil {
@@ -50,17 +63,11 @@ func (w *Worker) loadPriorRun(ctx context.Context, id string) (*priorRun, error)
 	}
 	var best *priorRun
 	var bestAttempt int32
-	decided := false
 	for attempt, turns := range byAttempt {
 		if turns[0] == nil || turns[0].Episode == nil {
 			continue
 		}
 		run := &priorRun{}
-		for _, ev := range turns {
-			if ev.Error != "" {
-				decided = true // the collector decides on an error step at once
-			}
-		}
 		for t := int32(0); turns[t] != nil; t++ {
 			run.steps = append(run.steps, turns[t])
 			if turns[t].Done {
@@ -72,8 +79,11 @@ func (w *Worker) loadPriorRun(ctx context.Context, id string) (*priorRun, error)
 			best, bestAttempt = run, attempt
 		}
 	}
-	if best != nil {
+	switch {
+	case best != nil:
 		best.decided = decided
+	case decided:
+		best = &priorRun{decided: true}
 	}
 	return best, nil
 }

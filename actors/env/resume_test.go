@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
@@ -330,10 +331,28 @@ func TestLoadPriorRun(t *testing.T) {
 		{"an earlier run that finished decides", func(id string) []*messages.StepEvent {
 			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 2, 0, false), step(id, 1, 1, true)}
 		}, 1, true, false},
+		{"another submission's steps are not continued", func(id string) []*messages.StepEvent {
+			other := step(id, 2, 0, false)
+			other.Request = 99
+			return []*messages.StepEvent{step(id, 1, 0, false), other}
+		}, 1, false, false},
+		{"another submission that finished decides", func(id string) []*messages.StepEvent {
+			other := step(id, 1, 0, true)
+			other.Request = 99
+			return []*messages.StepEvent{other}
+		}, 0, true, false},
+		{"the outcome marker decides", nil, 0, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, toyllm.Options{})
 			id := "ep-" + tc.name
+			if tc.steps == nil {
+				marker := &nats.Msg{Subject: f.subj.Steps(id), Header: nats.Header{messages.OutcomeHeader: []string{"trajectory"}}}
+				if _, err := bus.PublishMsg(context.Background(), f.js, marker, ""); err != nil {
+					t.Fatal(err)
+				}
+				tc.steps = func(id string) []*messages.StepEvent { return []*messages.StepEvent{step(id, 1, 0, false)} }
+			}
 			for _, ev := range tc.steps(id) {
 				data, err := messages.Marshal(ev)
 				if err != nil {
@@ -343,7 +362,7 @@ func TestLoadPriorRun(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			run, err := f.worker.loadPriorRun(context.Background(), id)
+			run, err := f.worker.loadPriorRun(context.Background(), id, 0)
 			switch {
 			case err != nil:
 				t.Fatal(err)
