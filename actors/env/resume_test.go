@@ -407,3 +407,68 @@ func TestDeliveriesBeyondTheLimit(t *testing.T) {
 		t.Fatalf("failure %+v", f)
 	}
 }
+
+// TestResubmittedEpisode submits every episode twice without a message id,
+// as a trainer retrying a submission does: the two runs of one episode id
+// are told apart by their request, so each episode ends as exactly one
+// trajectory that replays against its game (no turns of the other run
+// spliced in).
+func TestResubmittedEpisode(t *testing.T) {
+	const episodes = 12
+	s := bustest.RunServer(t)
+	srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: time.Millisecond}).Handler())
+	t.Cleanup(srv.Close)
+	js, coll, _, start := resumeHarness(t, s, srv.URL)
+	subj := messages.NewSubjects("")
+	// Other sampling seeds: the two runs of an episode play different games.
+	for round := range 2 {
+		for i := range episodes {
+			seed := int64(100*round + i)
+			req := episodeRequest(fmt.Sprintf("ep-%02d", i), func(r *messages.EpisodeRequest) { r.Sampling.Seed = &seed })
+			data, err := messages.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := bus.Publish(context.Background(), js, subj.Episodes(req.Env), data, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	startWorker(t, s, "env", Options{Concurrency: 2 * episodes}, start)
+	checkOutcomes(t, js, subj, coll, episodes)
+	ctx := context.Background()
+	bustest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		eps, err := js.Stream(ctx, subj.StreamEpisodes())
+		if err != nil {
+			return err
+		}
+		info, err := eps.Info(ctx)
+		if err != nil || info.State.Msgs != 0 {
+			return fmt.Errorf("episodes still queued: %v", err)
+		}
+		return nil
+	})
+	// Both submissions are played; the second to finish finds the episode
+	// decided. Once the collector has handled every step, nothing more comes.
+	bustest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		cons, err := js.Consumer(ctx, subj.StreamSteps(), "collector")
+		if err != nil {
+			return err
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil || ci.NumPending+uint64(ci.NumAckPending) != 0 {
+			return fmt.Errorf("steps not yet handled: %+v %v", ci, err)
+		}
+		return nil
+	})
+	trajs, err := js.Stream(ctx, subj.StreamTrajectories())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := trajs.Info(ctx); err != nil || info.State.Msgs != episodes {
+		t.Fatalf("%d trajectories for %d episodes submitted twice (%v)", info.State.Msgs, episodes, err)
+	}
+	if st := coll.Stats(); st.Trajectories != episodes || st.Failures != 0 {
+		t.Fatalf("collector %+v", st)
+	}
+}
