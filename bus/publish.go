@@ -26,26 +26,14 @@ const (
 // no-op, so a retried publish never stores twice. Oversize messages fail at
 // once with ErrTooLarge.
 func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) error {
-	_, err := PublishMsg(ctx, js, &nats.Msg{Subject: subject, Data: data}, msgID)
-	return err
-}
-
-// PublishMsg is Publish for a message with headers; it returns the store's
-// acknowledgement, which names the stream sequence the message got (or the
-// sequence of the earlier copy when msgID made it a duplicate).
-func PublishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, msgID string) (*jetstream.PubAck, error) {
-	subject, data := msg.Subject, msg.Data
 	if max := js.Conn().MaxPayload(); max > 0 && int64(len(data)) > max {
-		return nil, fmt.Errorf("%w: %s: %d bytes > %d", ErrTooLarge, subject, len(data), max)
+		return fmt.Errorf("%w: %s: %d bytes > %d", ErrTooLarge, subject, len(data), max)
 	}
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
-	var (
-		ack *jetstream.PubAck
-		err error
-	)
+	var err error
 	for attempt := range publishAttempts {
 		if attempt > 0 {
 			t := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
@@ -53,11 +41,11 @@ func PublishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, msgI
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return nil, fmt.Errorf("bus: publish %s: %w", subject, ctx.Err())
+				return fmt.Errorf("bus: publish %s: %w", subject, ctx.Err())
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
-		ack, err = js.PublishMsg(actx, msg, opts...)
+		_, err = js.Publish(actx, subject, data, opts...)
 		cancel()
 		if err == nil || !retryablePublish(err) {
 			break
@@ -66,12 +54,12 @@ func PublishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, msgI
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// Headers count too, so a message just under the limit can still be
 		// refused by the client: the same permanent condition.
-		return nil, fmt.Errorf("%w: %s: %v", ErrTooLarge, subject, err)
+		return fmt.Errorf("%w: %s: %v", ErrTooLarge, subject, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bus: publish %s: %w", subject, err)
+		return fmt.Errorf("bus: publish %s: %w", subject, err)
 	}
-	return ack, nil
+	return nil
 }
 
 func retryablePublish(err error) bool {

@@ -210,6 +210,10 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 	}
 }
 
+// markTimeout bounds writing an episode's outcome marker and purging its
+// steps.
+const markTimeout = 5 * time.Second
+
 // pinGroup is the priority group collectors pull in.
 const pinGroup = "collector"
 
@@ -516,9 +520,11 @@ func (c *Collector) record(ctx context.Context, id string, p *partial) error {
 // duplicate window a repeat of it is a no-op, so a failure here only costs
 // disk until the steps' max age and is logged, not retried.
 func (c *Collector) markDecided(ctx context.Context, id, kind string) {
+	ctx, cancel := context.WithTimeout(ctx, markTimeout)
+	defer cancel()
 	subject := c.opts.Subjects.Steps(id)
 	msg := &nats.Msg{Subject: subject, Header: nats.Header{messages.OutcomeHeader: []string{kind}}}
-	ack, err := bus.PublishMsg(ctx, c.js, msg, messages.OutcomeMarkerMsgID(id))
+	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.OutcomeMarkerMsgID(id)))
 	if err == nil {
 		err = c.steps.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(ack.Sequence))
 	}

@@ -348,7 +348,7 @@ func TestLoadPriorRun(t *testing.T) {
 			id := "ep-" + tc.name
 			if tc.steps == nil {
 				marker := &nats.Msg{Subject: f.subj.Steps(id), Header: nats.Header{messages.OutcomeHeader: []string{"trajectory"}}}
-				if _, err := bus.PublishMsg(context.Background(), f.js, marker, ""); err != nil {
+				if _, err := f.js.PublishMsg(context.Background(), marker); err != nil {
 					t.Fatal(err)
 				}
 				tc.steps = func(id string) []*messages.StepEvent { return []*messages.StepEvent{step(id, 1, 0, false)} }
