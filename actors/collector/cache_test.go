@@ -1,0 +1,58 @@
+package collector
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+func cachedStep(id string, turn int32, tokens int) stored {
+	return stored{seq: uint64(turn + 1), ev: &messages.StepEvent{
+		V: messages.Version, EpisodeID: id, Turn: turn, ActionTokens: make(messages.Tokens, tokens),
+		ActionLogprobs: make(messages.Logprobs, tokens),
+	}}
+}
+
+// TestCacheBounds: orphaned episodes cannot grow the cache past its bounds
+// in episodes or bytes, and idle ones expire.
+func TestCacheBounds(t *testing.T) {
+	now := time.Unix(0, 0)
+	t.Run("episodes", func(t *testing.T) {
+		c := newCache(100, 1<<30)
+		for i := range 1000 {
+			c.add(runKey{attempt: 1}, cachedStep(fmt.Sprint(i), 0, 10), now)
+		}
+		if n, _, evicted := c.size(); n != 100 || evicted != 900 {
+			t.Fatalf("%d cached, %d evicted; want 100 and 900", n, evicted)
+		}
+		if c.run("999", runKey{attempt: 1}) == nil || c.run("0", runKey{attempt: 1}) != nil {
+			t.Fatal("not the least recently touched episodes were evicted")
+		}
+	})
+	t.Run("bytes", func(t *testing.T) {
+		c := newCache(1<<20, 1<<20)
+		for i := range 1000 {
+			c.add(runKey{attempt: 1}, cachedStep(fmt.Sprint(i), 0, 1000), now)
+		}
+		if _, bytes, _ := c.size(); bytes > 1<<20 {
+			t.Fatalf("%d bytes cached, bound 1 MiB", bytes)
+		}
+	})
+	t.Run("idle", func(t *testing.T) {
+		c := newCache(100, 1<<30)
+		c.add(runKey{attempt: 1}, cachedStep("old", 0, 1), now)
+		c.add(runKey{attempt: 1}, cachedStep("new", 0, 1), now.Add(time.Minute))
+		if n := c.expire(now.Add(90*time.Second), time.Minute); n != 1 {
+			t.Fatalf("expired %d, want 1", n)
+		}
+		if c.run("old", runKey{attempt: 1}) != nil || c.run("new", runKey{attempt: 1}) == nil {
+			t.Fatal("expired the wrong episode")
+		}
+		c.drop("new")
+		if n, bytes, _ := c.size(); n != 0 || bytes != 0 {
+			t.Fatalf("%d episodes and %d bytes left after dropping all", n, bytes)
+		}
+	})
+}
