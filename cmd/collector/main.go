@@ -3,6 +3,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/alecthomas/kong"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
@@ -11,9 +13,13 @@ import (
 
 type cli struct {
 	cmdutil.Fleet
-	Durable     string    `default:"collector" help:"Consumer name on the steps stream."`
-	Filter      bool      `help:"Dynamic filtering: publish a group only if the mean of its scores is strictly inside --filter-range."`
-	FilterRange []float64 `default:"0,1" sep:"," help:"Low,high bounds for --filter."`
+	Durable       string        `default:"collector" help:"Consumer name on the steps stream."`
+	Filter        bool          `help:"Dynamic filtering: publish a group only if the mean of its scores is strictly inside --filter-range."`
+	FilterRange   []float64     `default:"0,1" sep:"," help:"Low,high bounds for --filter."`
+	MaxAttempts   int32         `default:"16" help:"Highest attempt number a step may carry; keep it above the env workers' --max-deliver."`
+	CacheEpisodes int           `default:"65536" help:"Episodes whose steps are cached in memory; others are read back from the steps stream."`
+	CacheBytes    int64         `default:"268435456" help:"Bytes of cached steps."`
+	IdleTimeout   time.Duration `default:"5m" help:"Drop an episode's cached steps when none arrived for this long."`
 }
 
 func main() {
@@ -24,7 +30,10 @@ func main() {
 		if err != nil {
 			return err
 		}
-		coll := collector.New(p.JS, collector.Options{Subjects: p.Subjects, Durable: c.Durable, Filter: filter, Logger: p.Log})
+		coll := collector.New(p.JS, collector.Options{
+			Subjects: p.Subjects, Durable: c.Durable, Filter: filter, Logger: p.Log,
+			MaxAttempts: c.MaxAttempts, CacheEpisodes: c.CacheEpisodes, CacheBytes: c.CacheBytes, IdleTimeout: c.IdleTimeout,
+		})
 		return coll.Run(p.Ctx)
 	})
 }
