@@ -285,6 +285,14 @@ func TestAuthConfRoles(t *testing.T) {
 	if err := bus.Publish(ctx, env, subj.Failures(messages.FailureMalformed), []byte("failure"), ""); err != nil {
 		t.Fatalf("envworker: publish failure: %v", err)
 	}
+	// An episode delivered again resumes from its stored steps.
+	envSteps, err := env.Stream(ctx, subj.StreamSteps())
+	if err != nil {
+		t.Fatalf("envworker: steps stream: %v", err)
+	}
+	if raw, err := envSteps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("e1"))); err != nil || string(raw.Data) != "step 0" {
+		t.Fatalf("envworker: read stored steps: %v", err)
+	}
 	if err := msg.DoubleAck(ctx); err != nil {
 		t.Fatalf("envworker: ack: %v", err)
 	}
@@ -326,6 +334,15 @@ func TestAuthConfRoles(t *testing.T) {
 	}
 	if err := step.DoubleAck(ctx); err != nil {
 		t.Fatalf("collector: ack: %v", err)
+	}
+	// After the outcome: its marker on the episode's steps subject, then the
+	// purge of the steps before it.
+	marker, err := col.Publish(ctx, subj.Steps("e1"), nil)
+	if err != nil {
+		t.Fatalf("collector: outcome marker: %v", err)
+	}
+	if err := steps.Purge(ctx, jetstream.WithPurgeSubject(subj.Steps("e1")), jetstream.WithPurgeSequence(marker.Sequence)); err != nil {
+		t.Fatalf("collector: purge: %v", err)
 	}
 
 	// Trainer: reads trajectories with an ordered consumer, groups with a
@@ -437,7 +454,6 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		{"llmworker", subj.Steps("e1")},
 		{"llmworker", subj.Episodes("game:GuessTheNumber-v0")},
 		{"collector", subj.Episodes("game:GuessTheNumber-v0")},
-		{"collector", subj.Steps("e1")},
 		{"trainer", subj.Steps("e1")},
 		{"trainer", subj.Trajectories("game:GuessTheNumber-v0")},
 		{"trainer", subj.Groups("game:GuessTheNumber-v0")},
@@ -470,7 +486,7 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		for role, api := range map[string]string{
 			"envworker": "$JS.API.STREAM.CREATE.EVIL",
 			"llmworker": "$JS.API.STREAM.UPDATE." + subj.StreamEpisodes(),
-			"collector": "$JS.API.STREAM.PURGE." + subj.StreamSteps(),
+			"collector": "$JS.API.STREAM.PURGE." + subj.StreamEpisodes(),
 			"trainer":   "$JS.API.STREAM.DELETE." + subj.StreamEpisodes(),
 		} {
 			nc, _, _ := connectAs(t, url, role)
