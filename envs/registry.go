@@ -36,6 +36,9 @@ type Spec struct {
 	// instructions then are the first prompt.
 	Task bool
 
+	// Rewards bounds every step reward the env gives.
+	Rewards RewardRange
+
 	// new builds an env from the caller's overrides, GEM's make(id, **overrides).
 	new func(opts map[string]json.RawMessage) (Env, error)
 }
@@ -59,10 +62,28 @@ var registry = indexSpecs(slices.Concat(
 	mathSpecs(),
 )...)
 
-// indexSpecs keys the table by id, refusing duplicates so a bad row fails at start-up.
+// RewardRange is the closed interval [Min, Max] of an env's step rewards.
+type RewardRange struct{ Min, Max float64 }
+
+// Contains reports whether r lies in the range.
+func (rr RewardRange) Contains(r float64) bool { return rr.Min <= r && r <= rr.Max }
+
+// Step reward ranges: a game pays GEM's format-error penalty (-0.1) at
+// worst and a win or a soft score of at most 1; a task (math) grades 0 or 1.
+var (
+	gameRewards = RewardRange{Min: -0.1, Max: 1}
+	taskRewards = RewardRange{Min: 0, Max: 1}
+)
+
+// indexSpecs keys the table by id, refusing duplicates so a bad row fails at
+// start-up, and declares each env's reward range.
 func indexSpecs(specs ...Spec) map[string]Spec {
 	m := make(map[string]Spec, len(specs))
 	for _, s := range specs {
+		s.Rewards = gameRewards
+		if s.Task {
+			s.Rewards = taskRewards
+		}
 		if _, dup := m[s.ID]; dup {
 			panic("envs: duplicate env id " + s.ID)
 		}
@@ -79,6 +100,13 @@ func Lookup(id string) (Spec, error) {
 	}
 	s.Params = maps.Clone(s.Params) // callers must not be able to change the registry
 	return s, nil
+}
+
+// Rewards returns the reward range of a registered env; false for an id
+// that is not registered (a remote env, say), which declares none.
+func Rewards(id string) (RewardRange, bool) {
+	s, ok := registry[id]
+	return s.Rewards, ok
 }
 
 // New builds an env; opts is nil or a JSON object of constructor overrides

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -119,7 +120,12 @@ func (p *partial) build(id string) *outcome {
 		return &outcome{failure: p.failure(messages.FailureInvariant, "episode ended without any model turn")}
 	}
 	var reward float64
-	for _, r := range p.stepRewards {
+	rewards, declared := envs.Rewards(p.req.Env)
+	for i, r := range p.stepRewards {
+		if declared && !rewards.Contains(r) {
+			return &outcome{failure: p.failure(messages.FailureInvariant,
+				fmt.Sprintf("turn %d reward %v is outside %s's range [%v, %v]", i, r, p.req.Env, rewards.Min, rewards.Max))}
+		}
 		reward += r
 	}
 	// Each sample is credited with the return from its turn on.
