@@ -26,7 +26,9 @@ var ErrNotReady = errors.New("bus: embedded NATS server not ready")
 
 // ServerOptions configures an embedded NATS server with JetStream.
 type ServerOptions struct {
-	// Name is the server name; empty lets NATS pick one.
+	// Name is the server name; empty lets NATS pick one. A cluster node
+	// needs one, unique in its cluster and the same across restarts:
+	// JetStream knows its peers by name.
 	Name string
 	// Host and Port to listen on. Port -1 picks a free port; 0 means 4222.
 	Host string
@@ -51,6 +53,21 @@ type ServerOptions struct {
 	// defaults to 127.0.0.1 only if the file names none). JetStream is on
 	// either way.
 	ConfigFile string
+
+	// ClusterName names the cluster the server joins (default
+	// DefaultClusterName when it joins one). Every node of a cluster has
+	// the same.
+	ClusterName string
+	// ClusterHost and ClusterPort are where the server accepts routes
+	// from the other nodes of its cluster (see docs/cluster.md).
+	// ClusterPort 0 means no cluster unless the configuration file sets
+	// one up, -1 a free port; ClusterHost defaults to Host.
+	ClusterHost string
+	ClusterPort int
+	// Routes are the route URLs (nats-route://host:port) of the cluster's
+	// nodes. JetStream needs at least one; a node's own URL is ignored, so
+	// every node can take the same list.
+	Routes []string
 }
 
 // StartServer starts an embedded NATS server with JetStream and waits until it
@@ -118,6 +135,9 @@ func (opts ServerOptions) serverOptions() (*server.Options, error) {
 		sopts.MaxPayload = opts.MaxPayload
 	case sopts.MaxPayload == 0:
 		sopts.MaxPayload = DefaultMaxPayload
+	}
+	if err := opts.clusterOptions(sopts); err != nil {
+		return nil, err
 	}
 	sopts.JetStream = true
 	sopts.NoSigs = true

@@ -39,34 +39,81 @@ func (c *toyllmCmd) Run() error {
 }
 
 type serverCmd struct {
-	Listen   string `default:"127.0.0.1:4222" help:"Address to serve NATS on."`
-	DataDir  string `help:"JetStream store directory (required unless --config names one)."`
-	Config   string `type:"existingfile" help:"nats-server configuration file: accounts, users and permissions (see examples/nats/auth.conf); --listen and --data-dir override its address and store."`
-	Name     string `help:"Server name."`
-	LogLevel string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	Listen      string   `placeholder:"HOST:PORT" help:"Address to serve NATS on (default 127.0.0.1:4222, or the --config file's listen; port 0 picks a free one)."`
+	DataDir     string   `help:"JetStream store directory (required unless --config names one)."`
+	Config      string   `type:"existingfile" help:"nats-server configuration file: accounts, users and permissions (see examples/nats/auth.conf); the flags given override its settings."`
+	ServerName  string   `name:"server-name" aliases:"name" help:"Server name; on a cluster unique per node and the same across restarts."`
+	Cluster     string   `placeholder:"HOST:PORT" help:"Join a JetStream cluster: the address to accept routes from the other nodes on (see docs/cluster.md)."`
+	Routes      []string `placeholder:"nats-route://HOST:PORT" help:"Route URLs of the cluster's nodes, comma-separated (this node's own may be listed)."`
+	ClusterName string   `help:"Cluster name, the same on every node (default rollfleet)."`
+	LogLevel    string   `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
-func (c *serverCmd) Run() error {
-	host, portStr, err := net.SplitHostPort(c.Listen)
+// defaultListen is where the server listens when neither --listen nor the
+// configuration file says.
+const defaultListen = "127.0.0.1:4222"
+
+// options turns the flags into the server's options. --listen and
+// --cluster take HOST:PORT, port 0 picking a free port.
+func (c *serverCmd) options() (bus.ServerOptions, error) {
+	opts := bus.ServerOptions{
+		Name: c.ServerName, DataDir: c.DataDir, ConfigFile: c.Config,
+		ClusterName: c.ClusterName, Routes: c.Routes,
+	}
+	listen := c.Listen
+	if listen == "" && c.Config == "" {
+		listen = defaultListen
+	}
+	if listen != "" {
+		var err error
+		if opts.Host, opts.Port, err = hostPort(listen); err != nil {
+			return opts, fmt.Errorf("--listen: %w", err)
+		}
+	}
+	if c.Cluster != "" {
+		var err error
+		if opts.ClusterHost, opts.ClusterPort, err = hostPort(c.Cluster); err != nil {
+			return opts, fmt.Errorf("--cluster: %w", err)
+		}
+	}
+	return opts, nil
+}
+
+// hostPort splits HOST:PORT; port 0 becomes -1, a free port (not NATS's
+// default).
+func hostPort(addr string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
+		return "", 0, err
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
-		return fmt.Errorf("--listen port: %w", err)
+		return "", 0, fmt.Errorf("port: %w", err)
 	}
 	if port == 0 {
-		port = -1 // a free port, not NATS's default 4222
+		port = -1
+	}
+	return host, port, nil
+}
+
+func (c *serverCmd) Run() error {
+	opts, err := c.options()
+	if err != nil {
+		return err
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	log := cmdutil.Logger(c.LogLevel)
-	s, err := bus.StartServer(bus.ServerOptions{Name: c.Name, Host: host, Port: port, DataDir: c.DataDir, ConfigFile: c.Config, Logger: log})
+	opts.Logger = log
+	s, err := bus.StartServer(opts)
 	if err != nil {
 		return err
 	}
 	// Tests and scripts read this line to learn the URL.
 	fmt.Fprintf(os.Stdout, "nats server listening on %s\n", s.ClientURL())
+	if addr := s.ClusterAddr(); addr != nil {
+		log.Info("joining the cluster", "server_name", s.Name(), "cluster", s.ClusterName(), "routes_on", addr.String())
+	}
 	<-ctx.Done()
 	bus.Shutdown(s)
 	return nil

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/rollfleet/rollfleet/bus"
+)
+
+// parseServer parses a rollout server command line as main does.
+func parseServer(t *testing.T, args ...string) *serverCmd {
+	t.Helper()
+	var c cli
+	p, err := kong.New(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse(append([]string{"server"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	return &c.Server
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestServerListensWhereTheConfigSays starts the server from a
+// configuration file with a listen address: without --listen the file's
+// address wins, with --listen the flag does.
+func TestServerListensWhereTheConfigSays(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	conf := filepath.Join(dir, "server.conf")
+	body := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n}\n", port, filepath.Join(dir, "store"))
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	opts, err := parseServer(t, "--config", conf).options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := bus.StartServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Addr().(*net.TCPAddr)
+	bus.Shutdown(s)
+	if got.Port != port || !got.IP.Equal(net.IPv4(127, 0, 0, 1)) {
+		t.Errorf("listening on %v, the file says 127.0.0.1:%d", got, port)
+	}
+
+	opts, err = parseServer(t, "--config", conf, "--listen", "127.0.0.1:0").options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = bus.StartServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = s.Addr().(*net.TCPAddr)
+	bus.Shutdown(s)
+	if got.Port == port {
+		t.Errorf("--listen 127.0.0.1:0 did not override the file's port %d", port)
+	}
+}
+
+// TestServerListenDefault checks the address without --listen and without a
+// configuration file.
+func TestServerListenDefault(t *testing.T) {
+	opts, err := parseServer(t, "--data-dir", t.TempDir()).options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Host != "127.0.0.1" || opts.Port != 4222 {
+		t.Errorf("default listen %s:%d, want 127.0.0.1:4222", opts.Host, opts.Port)
+	}
+}
+
+// TestServerClusterFlags maps the cluster flags onto the server options,
+// --name included as the old spelling of --server-name.
+func TestServerClusterFlags(t *testing.T) {
+	routes := []string{"nats-route://10.0.0.1:6222", "nats-route://10.0.0.2:6222", "nats-route://10.0.0.3:6222"}
+	for _, nameFlag := range []string{"--server-name", "--name"} {
+		opts, err := parseServer(t, "--data-dir", "d", nameFlag, "n2", "--cluster", "0.0.0.0:6222",
+			"--routes", routes[0]+","+routes[1]+","+routes[2]).options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts.Name != "n2" || opts.ClusterHost != "0.0.0.0" || opts.ClusterPort != 6222 || !slices.Equal(opts.Routes, routes) || opts.ClusterName != "" {
+			t.Errorf("%s: options %+v", nameFlag, opts)
+		}
+	}
+	opts, err := parseServer(t, "--server-name", "n1", "--cluster", "127.0.0.1:0", "--cluster-name", "c1", "--routes", routes[0]).options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.ClusterPort != -1 || opts.ClusterName != "c1" {
+		t.Errorf("options %+v", opts)
+	}
+	if _, err := parseServer(t, "--cluster", "nohost").options(); err == nil {
+		t.Error("--cluster without a port accepted")
+	}
+	// Routes without --cluster: the server refuses to start.
+	opts, err = parseServer(t, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--server-name", "n1", "--routes", routes[0]).options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := bus.StartServer(opts); !errors.Is(err, bus.ErrClusterOptions) {
+		if err == nil {
+			bus.Shutdown(s)
+		}
+		t.Errorf("routes without --cluster: %v, want ErrClusterOptions", err)
+	}
+}
