@@ -173,7 +173,14 @@ func slim(ev *messages.StepEvent) *messages.StepEvent {
 
 // stepBytes estimates the memory a cached step holds.
 func stepBytes(ev *messages.StepEvent) int64 {
-	const overhead = 256 // the struct, its map entry and small fields
-	return overhead + 4*int64(len(ev.PromptTokens)+len(ev.ActionTokens)+len(ev.FeedbackTokens)+len(ev.ActionLogprobs)) +
-		int64(len(ev.Error)) + 32*int64(len(ev.ExtraLogs)+len(ev.Info))
+	const overhead = 512 // the struct, its map entries and small fields
+	n := overhead + 4*int64(len(ev.PromptTokens)+len(ev.ActionTokens)+len(ev.FeedbackTokens)+len(ev.ActionLogprobs)) +
+		int64(len(ev.Error)) + 64*int64(len(ev.ExtraLogs)+len(ev.Info))
+	if r := ev.Episode; r != nil {
+		n += 512 + int64(len(r.Prompt)+len(r.Label)+len(r.EnvOptions)) + 4*int64(len(r.Sampling.StopTokenIDs))
+		for _, m := range r.Messages {
+			n += 32 + int64(len(m.Role)+len(m.Content))
+		}
+	}
+	return n
 }

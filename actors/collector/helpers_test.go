@@ -28,7 +28,7 @@ type fixture struct {
 	subj messages.Subjects
 }
 
-func newFixture(t *testing.T, sopts bus.ServerOptions) *fixture {
+func newFixture(t testing.TB, sopts bus.ServerOptions) *fixture {
 	t.Helper()
 	s := bustest.RunServerWith(t, sopts)
 	f := &fixture{srv: s, js: bustest.JetStream(t, s, "test"), subj: messages.NewSubjects("")}
@@ -46,7 +46,7 @@ type running struct {
 
 // start runs a collector on its own connection until the test ends or
 // stop is called.
-func (f *fixture) start(t *testing.T, opts Options) *running {
+func (f *fixture) start(t testing.TB, opts Options) *running {
 	t.Helper()
 	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if opts.PinnedTTL == 0 {
