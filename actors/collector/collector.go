@@ -210,22 +210,29 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 	}
 }
 
-// markTimeout bounds writing an episode's outcome marker and purging its
-// steps.
-const markTimeout = 5 * time.Second
-
 // pinGroup is the priority group collectors pull in.
 const pinGroup = "collector"
 
 // Run consumes step events until ctx is cancelled. Outcomes being recorded
 // then are still published before Run returns.
 func (c *Collector) Run(ctx context.Context) error {
-	steps, err := c.js.Stream(ctx, c.opts.Subjects.StreamSteps())
-	if err != nil {
+	var (
+		steps jetstream.Stream
+		cons  jetstream.Consumer
+	)
+	// A collector that starts during a leader election waits it out.
+	if err := bus.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		steps, err = c.js.Stream(ctx, c.opts.Subjects.StreamSteps())
+		return err
+	}); err != nil {
 		return fmt.Errorf("collector: steps stream: %w", err)
 	}
-	cons, err := steps.CreateOrUpdateConsumer(ctx, ConsumerConfig(c.opts))
-	if err != nil {
+	if err := bus.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = steps.CreateOrUpdateConsumer(ctx, ConsumerConfig(c.opts))
+		return err
+	}); err != nil {
 		return fmt.Errorf("collector: consumer: %w", err)
 	}
 	c.steps = steps
@@ -520,13 +527,18 @@ func (c *Collector) record(ctx context.Context, id string, p *partial) error {
 // duplicate window a repeat of it is a no-op, so a failure here only costs
 // disk until the steps' max age and is logged, not retried.
 func (c *Collector) markDecided(ctx context.Context, id, kind string) {
-	ctx, cancel := context.WithTimeout(ctx, markTimeout)
-	defer cancel()
 	subject := c.opts.Subjects.Steps(id)
 	msg := &nats.Msg{Subject: subject, Header: nats.Header{messages.OutcomeHeader: []string{kind}}}
-	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.OutcomeMarkerMsgID(id)))
+	var ack *jetstream.PubAck
+	err := bus.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.OutcomeMarkerMsgID(id)))
+		return err
+	})
 	if err == nil {
-		err = c.steps.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(ack.Sequence))
+		err = bus.Retry(ctx, func(ctx context.Context) error {
+			return c.steps.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(ack.Sequence))
+		})
 	}
 	if err != nil && c.markWarn.allow(time.Now()) {
 		c.log.Warn("marking episode decided failed; its steps stay until their max age", "episode", id, "err", err)
@@ -555,7 +567,7 @@ func (e *every) allow(now time.Time) bool {
 // outcome marker, as it does once an outcome is recorded and its steps
 // purged.
 func (c *Collector) isDecided(ctx context.Context, id string) (bool, error) {
-	raw, err := c.steps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(c.opts.Subjects.Steps(id)))
+	raw, err := c.getStep(ctx, 1, c.opts.Subjects.Steps(id))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return false, nil
@@ -563,6 +575,18 @@ func (c *Collector) isDecided(ctx context.Context, id string) (bool, error) {
 		return false, fmt.Errorf("read steps of %s: %w", id, err)
 	}
 	return raw.Header.Get(messages.OutcomeHeader) != "", nil
+}
+
+// getStep reads the first stored step on subject at or after seq, riding
+// out a leader election on a cluster.
+func (c *Collector) getStep(ctx context.Context, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
+	var raw *jetstream.RawStreamMsg
+	err := bus.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		raw, err = c.steps.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		return err
+	})
+	return raw, err
 }
 
 // storedEpisode is an episode's steps as the stream holds them.
@@ -591,7 +615,7 @@ func (c *Collector) readEpisode(ctx context.Context, id string) (*storedEpisode,
 	ep := &storedEpisode{runs: make(map[runKey]run)}
 	subject := c.opts.Subjects.Steps(id)
 	for seq := uint64(1); ; {
-		raw, err := c.steps.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		raw, err := c.getStep(ctx, seq, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return ep, nil
 		}
