@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rollfleet/rollfleet/bus"
@@ -114,7 +115,15 @@ func (c *serverCmd) Run() error {
 	if addr := s.ClusterAddr(); addr != nil {
 		log.Info("joining the cluster", "server_name", s.Name(), "cluster", s.ClusterName(), "routes_on", addr.String())
 	}
+	// The store watchdog restarts JetStream after a full or read-only disk.
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		if err := bus.WatchStore(ctx, s, opts, bus.StoreWatchOptions{Logger: log}); err != nil {
+			log.Error("store watchdog", "err", err)
+		}
+	})
 	<-ctx.Done()
+	watch.Wait()
 	bus.Shutdown(s)
 	return nil
 }
