@@ -42,7 +42,10 @@ var errInfra = errors.New("infrastructure unavailable")
 // redelivery).
 var errEpisode = errors.New("episode failed")
 
-func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
+// runEpisode runs one delivery of an episode to its outcome, or hands it
+// back. halt closes when the worker shuts down: an episode waiting for the
+// store then stops waiting and is handed back.
+func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetstream.Msg) {
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
 	req, err := messages.Decode[messages.EpisodeRequest](msg.Data())
@@ -54,7 +57,11 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 			Subject: msg.Subject(), Time: time.Now().UnixNano(),
 			Payload: messages.FailurePayload(msg.Data()),
 		}
-		if err := w.publish(ctx, w.opts.Subjects.Failures(messages.FailureMalformed), f, ""); err != nil {
+		ep := &episode{w: w, halt: halt}
+		err := ep.store(ctx, "record a malformed request", func(ctx context.Context) error {
+			return w.publish(ctx, w.opts.Subjects.Failures(messages.FailureMalformed), f, "")
+		})
+		if err != nil {
 			w.log.Error("record malformed request", "err", err)
 			_ = msg.Nak()
 			return
@@ -67,7 +74,7 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 	// unacknowledged delivery with the message's publish time, so an episode
 	// queued for longer than AckWait would be handed out again right away.
 	_ = msg.InProgress()
-	ep := &episode{w: w, req: req, msg: msg, attempt: 1}
+	ep := &episode{w: w, req: req, msg: msg, halt: halt, attempt: 1}
 	meta, err := msg.Metadata()
 	if err == nil {
 		ep.attempt = int32(min(meta.NumDelivered, 1<<30))
@@ -81,6 +88,7 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 		err = ep.runSafely(ctx)
 	}
 	if errors.Is(err, errDecided) {
+		w.handBacks.forget(req.EpisodeID)
 		w.finished.Add(1)
 		if err := msg.DoubleAck(ctx); err != nil {
 			w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
@@ -88,7 +96,7 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	lastTry := ep.attempt >= int32(w.opts.MaxDeliver)
-	if err != nil && !errors.Is(err, errEpisode) && lastTry {
+	if err != nil && !errors.Is(err, errEpisode) && !errors.Is(err, errStopped) && lastTry {
 		// JetStream will not deliver it again: record the outcome now, or
 		// the episode would end with none.
 		err = fmt.Errorf("%w: gave up after %d deliveries: %v", errEpisode, ep.attempt, err)
@@ -101,10 +109,12 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 		// This worker could not finish or record the episode: hand it back,
 		// later for each delivery, so an outage is waited out, not spun on.
 		w.log.Error("episode interrupted; returning it to the queue", "episode", req.EpisodeID, "attempt", ep.attempt, "err", err)
+		w.handBacks.note(req.EpisodeID, ep.attempt, err)
 		w.live.Delete(ep) // no heartbeat may reset the delay
 		_ = msg.NakWithDelay(min(time.Duration(ep.attempt)*w.opts.RetryDelay, 30*time.Second))
 		return
 	}
+	w.handBacks.forget(req.EpisodeID)
 	w.finished.Add(1)
 	if err := msg.DoubleAck(ctx); err != nil {
 		w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
@@ -112,18 +122,18 @@ func (w *Worker) runEpisode(ctx context.Context, msg jetstream.Msg) {
 }
 
 // giveUp ends an episode delivered more often than allowed: the last allowed
-// delivery ended without an outcome (its worker died), so one is recorded
-// now instead of playing once more — unless an earlier run finished after
-// all.
+// delivery ended without an outcome (its worker stopped or was cut off), so
+// one is recorded now instead of playing once more — unless an earlier run
+// finished after all.
 func (e *episode) giveUp(ctx context.Context) error {
-	prior, err := e.w.loadPriorRun(ctx, e.req.EpisodeID, e.request)
+	prior, err := e.loadPriorRun(ctx)
 	if err != nil {
 		return err
 	}
 	if prior != nil && prior.decided {
 		return errDecided
 	}
-	return fmt.Errorf("%w: gave up after %d deliveries without an outcome (workers stopped, or the model side stayed down)", errEpisode, e.attempt-1)
+	return fmt.Errorf("%w: %s", errEpisode, e.w.giveUpReason(e.req.EpisodeID, e.attempt-1))
 }
 
 // runSafely runs the episode and turns a panic (a bug in a game, say) into
@@ -143,6 +153,8 @@ type episode struct {
 	w   *Worker
 	req *messages.EpisodeRequest
 	msg jetstream.Msg
+	// halt closes when the worker shuts down (see store).
+	halt <-chan struct{}
 
 	// attempt is the delivery count: a redelivered episode resumes (or
 	// starts over), and its steps carry the attempt so they never mix with
@@ -195,7 +207,7 @@ func (e *episode) run(ctx context.Context) error {
 	}
 	if e.attempt > 1 {
 		// Delivered again: an earlier worker may have played some turns.
-		prior, err := e.w.loadPriorRun(ctx, req.EpisodeID, e.request)
+		prior, err := e.loadPriorRun(ctx)
 		if err != nil {
 			return err
 		}
@@ -473,14 +485,19 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	// the collector decides on an error step whatever turns came before.
 	ev.Request = e.request
 	id := messages.StepMsgID(e.req.EpisodeID, e.request, e.attempt, ev.Turn) + "/error"
-	return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, id)
+	return e.store(ctx, "record the episode's failure", func(ctx context.Context) error {
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, id)
+	})
 }
 
-// publishStep stores a step event; a step too large to publish fails the
-// episode rather than being retried forever.
+// publishStep stores a step event, waiting for the store while it cannot
+// take it; a step too large to publish fails the episode rather than being
+// retried forever.
 func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error {
 	ev.Request = e.request
-	err := e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.request, e.attempt, ev.Turn))
+	err := e.store(ctx, "store a step", func(ctx context.Context) error {
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.request, e.attempt, ev.Turn))
+	})
 	if errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 		return fmt.Errorf("%w: step %d: %v", errEpisode, ev.Turn, err)
 	}

@@ -20,6 +20,18 @@ type priorRun struct {
 	decided bool
 }
 
+// loadPriorRun is Worker.loadPriorRun for this episode's request, waiting
+// for the store while it cannot answer.
+func (e *episode) loadPriorRun(ctx context.Context) (*priorRun, error) {
+	var prior *priorRun
+	err := e.store(ctx, "read the episode's stored steps", func(ctx context.Context) error {
+		var err error
+		prior, err = e.w.loadPriorRun(ctx, e.req.EpisodeID, e.request)
+		return err
+	})
+	return prior, err
+}
+
 // loadPriorRun reads the episode's stored steps and keeps the longest
 // contiguous run of the latest attempt of the given request (the episodes
 // stream sequence of this submission) that has a turn 0: another submission

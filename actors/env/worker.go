@@ -111,6 +111,12 @@ type Stats struct {
 	// Unhealthy is set while requests keep finding no working LLM worker:
 	// the worker takes no new episodes then.
 	Unhealthy bool
+	// StoreWaiting is the number of episodes waiting for the JetStream store
+	// to take their steps (or answer their reads) again; the worker takes
+	// no new episodes meanwhile. StoreWaits counts the episodes that ever
+	// had to wait.
+	StoreWaiting int64
+	StoreWaits   uint64
 }
 
 // Worker runs episodes. Create it with New and run it with Run.
@@ -125,6 +131,14 @@ type Worker struct {
 	// worker; any answered request resets it.
 	infraStreak atomic.Int64
 	inFlight    atomic.Int64
+
+	// storeWaiting counts the episodes waiting for the store now,
+	// storeWaits those that ever did; storeState paces the log lines about
+	// it; handBacks keeps why this worker last handed each episode back.
+	storeWaiting atomic.Int64
+	storeWaits   atomic.Uint64
+	storeState   storeState
+	handBacks    handBacks
 
 	// live maps each running *episode to its message, for keepAlive.
 	live sync.Map
@@ -152,7 +166,7 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Started: w.started.Load(), Finished: w.finished.Load(), Failed: w.failed.Load(),
 		Malformed: w.malformed.Load(), Turns: w.turns.Load(), Resumed: w.resumes.Load(), InFlight: w.inFlight.Load(),
-		Unhealthy: w.unhealthy(),
+		Unhealthy: w.unhealthy(), StoreWaiting: w.storeWaiting.Load(), StoreWaits: w.storeWaits.Load(),
 	}
 }
 
@@ -240,6 +254,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		} else {
 			backoff = 0
 		}
+		if !w.waitForStore(ctx) {
+			<-slots
+			return nil
+		}
 		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
 			<-slots
@@ -258,12 +276,30 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			w.runEpisode(work, msg)
+			w.runEpisode(work, ctx.Done(), msg)
 		})
 	}
 }
 
 func (w *Worker) unhealthy() bool { return w.infraStreak.Load() >= int64(w.opts.UnhealthyAfter) }
+
+// waitForStore holds new episodes back while running ones wait for the
+// store: a new one would only wait too. It reports false when ctx ended.
+func (w *Worker) waitForStore(ctx context.Context) bool {
+	if !w.storeDown() {
+		return true
+	}
+	t := time.NewTicker(storeFirstBackoff)
+	defer t.Stop()
+	for w.storeDown() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
 
 // keepAlive tells JetStream, three times per AckWait, that every running
 // episode is still being worked on, so a slow model never causes a second
