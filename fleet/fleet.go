@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -320,11 +321,22 @@ func startBus(stack *cleanup, opts Options) (func(name string) (*nats.Conn, erro
 		stack.push(func() { _ = os.RemoveAll(tmp) })
 		dir = tmp
 	}
-	s, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: dir, Logger: opts.Logger})
+	sopts := bus.ServerOptions{DontListen: true, DataDir: dir, Logger: opts.Logger}
+	s, err := bus.StartServer(sopts)
 	if err != nil {
 		return nil, err
 	}
 	stack.push(func() { bus.Shutdown(s) })
+	// The store watchdog restarts JetStream after a full or read-only disk;
+	// it stops before the server does.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		if err := bus.WatchStore(watchCtx, s, sopts, bus.StoreWatchOptions{Logger: opts.Logger}); err != nil {
+			opts.Logger.Error("store watchdog", "err", err)
+		}
+	})
+	stack.push(func() { stopWatch(); watch.Wait() })
 	return func(name string) (*nats.Conn, error) {
 		return track(bus.ConnectInProcess(s, name))
 	}, nil
