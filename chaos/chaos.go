@@ -1,12 +1,17 @@
 // Package chaos is rollfleet's chaos harness. It runs a fleet as separate OS
-// processes — a NATS server, env workers, LLM workers, stand-in model servers
-// and a collector — submits episodes at a steady pace, and meanwhile kills
-// processes of every kind with SIGKILL at random (seeded) moments and starts
-// them again, the NATS server on the same data directory and port. When the
-// fleet has settled it reads every outcome back from JetStream and checks the
-// promise "nothing lost": each submitted episode has exactly one trajectory or
-// failure record, and every trajectory keeps the trajectory invariants and
-// replays against its game.
+// processes — a NATS server (or a three-node cluster), env workers, LLM
+// workers, stand-in model servers and two collectors (one active, one hot
+// standby) — submits episodes of several games at a steady pace, and
+// meanwhile injects seeded faults: SIGKILLs of every kind of process with a
+// restart (a NATS server on the same data directory and port), SIGSTOP and
+// SIGCONT of workers and collectors for longer than the env workers' ack
+// wait, a NATS data disk that fills and frees, forged step messages and
+// episodes submitted a second time. When the fleet has settled it reads every
+// outcome back with a consumer and a msgpack decoder of its own and checks
+// the promise "nothing lost": each submitted episode has exactly one
+// trajectory or failure record, every trajectory keeps the trajectory
+// invariants, was assembled from one run's honest steps and replays against
+// its game.
 package chaos
 
 import (
@@ -20,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,66 +33,120 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
-// Kind names a kind of fleet process the harness kills.
+// Kind names a kind of fault: the SIGKILL of a kind of fleet process, or one
+// of the other faults the harness injects.
 type Kind string
 
-// The kinds of fleet process, in the order reports list them.
+// The kinds of fault, in the order reports list them.
 const (
+	// KindEnvWorker, KindLLMWorker, KindCollector, KindModel and KindNATS
+	// are SIGKILLs of that kind of process, each followed by a restart.
+	// KindNATS kills a node of the cluster in cluster mode.
 	KindEnvWorker Kind = "envworker"
 	KindLLMWorker Kind = "llmworker"
 	KindCollector Kind = "collector"
 	KindModel     Kind = "model"
 	KindNATS      Kind = "nats"
+	// KindPause stops an env worker, an LLM worker or a collector with
+	// SIGSTOP for longer than the env workers' ack wait, then continues it
+	// with SIGCONT.
+	KindPause Kind = "pause"
+	// KindDisk fills the file system of a NATS server's data directory (a
+	// tmpfs the harness mounts), holds it full for a while and frees it.
+	KindDisk Kind = "disk"
+	// KindForge publishes forged step events of a live episode on its
+	// steps subject, as an authorised process could.
+	KindForge Kind = "forge"
+	// KindResubmit submits an episode again under its id, without a
+	// message id, while its first run is in flight or after it finished.
+	KindResubmit Kind = "resubmit"
 )
 
-// Kinds lists every kind of fleet process in report order.
-var Kinds = []Kind{KindEnvWorker, KindLLMWorker, KindCollector, KindModel, KindNATS}
+// ProcessKinds lists the kinds of fleet process the harness kills, in
+// report order.
+var ProcessKinds = []Kind{KindEnvWorker, KindLLMWorker, KindCollector, KindModel, KindNATS}
+
+// Kinds lists every kind of fault in report order.
+var Kinds = []Kind{KindEnvWorker, KindLLMWorker, KindCollector, KindModel, KindNATS, KindPause, KindDisk, KindForge, KindResubmit}
 
 // Binaries are the commands the harness runs; Build puts them in one directory.
 var Binaries = []string{"rollout", "envworker", "llmworker", "collector"}
 
-// Config describes one chaos run. Zero values take the defaults noted.
+// DefaultEnvs are the games the episodes play by default, in turn.
+var DefaultEnvs = []string{"game:GuessTheNumber-v0", "game:Sudoku-v0-easy", "game:Game2048-v0-easy"}
+
+// Config describes one chaos run. Zero values take the defaults noted; a
+// negative count means none of that fault.
 type Config struct {
 	// Bin is the directory holding the rollout, envworker, llmworker and
 	// collector binaries (see Build). Required.
 	Bin string
-	// Workdir receives the NATS data directory, one log file per process and
-	// the report. Empty makes a temporary directory. It is removed at the
-	// end unless Keep is set or the run found a problem.
+	// Workdir receives the NATS data directories, one log file per process
+	// and the report. Empty makes a temporary directory. It is removed at
+	// the end unless Keep is set or the run found a problem.
 	Workdir string
 	// Keep leaves the workdir in place.
 	Keep bool
 	// Episodes is the number of episodes submitted (default 2000).
 	Episodes int
 	// KillsPerKind is how many times each kind of process is killed
-	// (default 20). Zero kills come from a negative value.
+	// (default 20).
 	KillsPerKind int
-	// Kinds limits the kills to these kinds (default: all of Kinds).
+	// Pauses is the number of SIGSTOP/SIGCONT pauses (default 10), each
+	// lasting a time drawn from [PauseMin, PauseMax] (default 1.5 and 2.5
+	// times AckWait).
+	Pauses             int
+	PauseMin, PauseMax time.Duration
+	// DiskFills is the number of times a NATS data disk fills (default 4).
+	// Each NATS server's data directory is a tmpfs of DiskSize bytes
+	// (default 3 GiB: JetStream reserves the streams' size limits, 2 GiB by
+	// default, within 75% of the free space); a fill writes a file until the
+	// file system is full, keeps it for a time drawn from [DiskHold/2,
+	// DiskHold] (default 15s) and deletes it. Mounting needs root on Linux;
+	// elsewhere the kind is skipped with a note.
+	DiskFills int
+	DiskSize  int64
+	DiskHold  time.Duration
+	// RecoverWait is how long after a disk is freed the harness waits for
+	// the NATS server to serve JetStream again by itself before it restarts
+	// it and counts the fault as unrecovered (default 30s).
+	RecoverWait time.Duration
+	// Forgeries is the number of forged step events (default 20), each on
+	// its own live episode, cycling through the variants (see Forgeries).
+	Forgeries int
+	// Resubmits is the number of episodes submitted a second time (default
+	// 20), alternately while in flight and after they finished.
+	Resubmits int
+	// Kinds limits the faults to these kinds (default: all of Kinds).
 	Kinds []Kind
-	// Seed drives the kill schedule, the choice of victims, the down times
+	// Seed drives the fault schedule, the choice of victims, the down times
 	// and the episodes' seeds.
 	Seed uint64
 	// Duration is the chaos window (default 5m): episodes are submitted at
-	// a steady pace over its first nine tenths and the kills fall at
+	// a steady pace over its first nine tenths and the faults fall at
 	// uniformly random moments inside it.
 	Duration time.Duration
 	// Timeout bounds the wait for outcomes and for the fleet to settle
 	// after the window (default 20m).
 	Timeout time.Duration
-	// Env is the env id of every episode (default game:GuessTheNumber-v0).
-	Env string
-	// EnvWorkers, LLMWorkers and ModelServers are the fleet's size
-	// (defaults 3, 2 and 2). One collector runs.
-	EnvWorkers, LLMWorkers, ModelServers int
+	// Envs are the env ids the episodes play, in turn (default
+	// DefaultEnvs): games played from their own instructions.
+	Envs []string
+	// EnvWorkers, LLMWorkers, ModelServers and Collectors are the fleet's
+	// size (defaults 3, 2, 2 and 2). Collectors beyond the first are hot
+	// standbys on the same durable, the documented setup.
+	EnvWorkers, LLMWorkers, ModelServers, Collectors int
+	// Cluster runs three NATS servers joined in a cluster instead of one;
+	// the workers get all three URLs and make streams of three replicas.
+	Cluster bool
 	// Concurrency is each env worker's episode limit (default 128).
 	Concurrency int
 	// ModelLatency is the stand-in model's simulated time per generated
-	// token (default 40ms), so episodes last seconds and kills find
+	// token (default 40ms), so episodes last seconds and faults find
 	// them in flight. Negative means none.
 	ModelLatency time.Duration
 	// MaxDown is the longest pause between a kill and the restart; each
@@ -95,12 +155,12 @@ type Config struct {
 	// ReadyTimeout bounds the wait for a started process to be ready
 	// (default 60s).
 	ReadyTimeout time.Duration
-	// RequestTimeout and AckWait, when set, are passed to the env workers
-	// as --request-timeout and --ack-wait, but only if their --help lists
-	// those flags; otherwise the workers keep their own defaults (180s and
-	// 1m).
+	// RequestTimeout and AckWait are passed to the env workers as
+	// --request-timeout and --ack-wait (defaults 30s and 10s), if their
+	// --help lists those flags; otherwise the workers keep their own
+	// defaults (180s and 1m).
 	RequestTimeout, AckWait time.Duration
-	// Settle is how long after the last kill the harness waits at least
+	// Settle is how long after the last fault the harness waits at least
 	// before it judges the outcomes: a request that a kill cut off leaves
 	// its episode silent until the env worker's request timeout, and an
 	// episode of a killed worker comes back after the ack wait. Default: the
@@ -111,13 +171,18 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Episodes == 0 {
-		c.Episodes = 2000
+	count := func(n *int, def int) {
+		if *n == 0 {
+			*n = def
+		}
+		*n = max(*n, 0)
 	}
-	if c.KillsPerKind == 0 {
-		c.KillsPerKind = 20
-	}
-	c.KillsPerKind = max(c.KillsPerKind, 0)
+	count(&c.Episodes, 2000)
+	count(&c.KillsPerKind, 20)
+	count(&c.Pauses, 10)
+	count(&c.DiskFills, 4)
+	count(&c.Forgeries, 20)
+	count(&c.Resubmits, 20)
 	if len(c.Kinds) == 0 {
 		c.Kinds = Kinds
 	}
@@ -127,8 +192,8 @@ func (c *Config) setDefaults() {
 	if c.Timeout <= 0 {
 		c.Timeout = 20 * time.Minute
 	}
-	if c.Env == "" {
-		c.Env = "game:GuessTheNumber-v0"
+	if len(c.Envs) == 0 {
+		c.Envs = DefaultEnvs
 	}
 	if c.EnvWorkers <= 0 {
 		c.EnvWorkers = 3
@@ -138,6 +203,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ModelServers <= 0 {
 		c.ModelServers = 2
+	}
+	if c.Collectors <= 0 {
+		c.Collectors = 2
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 128
@@ -150,6 +218,27 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = time.Minute
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 10 * time.Second
+	}
+	if c.PauseMin <= 0 {
+		c.PauseMin = c.AckWait * 3 / 2
+	}
+	if c.PauseMax < c.PauseMin {
+		c.PauseMax = max(c.AckWait*5/2, c.PauseMin)
+	}
+	if c.DiskSize <= 0 {
+		c.DiskSize = 3 << 30
+	}
+	if c.DiskHold <= 0 {
+		c.DiskHold = 15 * time.Second
+	}
+	if c.RecoverWait <= 0 {
+		c.RecoverWait = 30 * time.Second
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
@@ -170,10 +259,34 @@ func (c *Config) check() error {
 			return fmt.Errorf("chaos: unknown kind %q (want one of %v)", k, Kinds)
 		}
 	}
-	if _, err := envs.Lookup(c.Env); err != nil {
-		return fmt.Errorf("chaos: %w", err)
+	for _, id := range c.Envs {
+		spec, err := envs.Lookup(id)
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		if !strings.HasPrefix(spec.ID, "game:") {
+			return fmt.Errorf("chaos: env %s: only games are replayed", id)
+		}
 	}
 	return nil
+}
+
+// count is how many faults of a kind the config asks for.
+func (c *Config) count(k Kind) int {
+	if !slices.Contains(c.Kinds, k) {
+		return 0
+	}
+	switch k {
+	case KindPause:
+		return c.Pauses
+	case KindDisk:
+		return c.DiskFills
+	case KindForge:
+		return c.Forgeries
+	case KindResubmit:
+		return c.Resubmits
+	}
+	return c.KillsPerKind
 }
 
 // Build compiles the fleet's binaries from the module at moduleDir into
@@ -200,14 +313,20 @@ type harness struct {
 	rng     *rand.Rand
 	t0      time.Time
 
-	natsURL  string
-	nats     *proc
-	models   []*proc
-	llms     []*proc
-	envws    []*proc
-	coll     *proc
-	procs    []*proc
-	envFlags []string
+	natsURL    string // every node's client URL, comma-separated
+	natsURLs   []string
+	natsNodes  []*proc
+	natsDirs   []string // each node's data directory
+	mounted    []string // tmpfs mounts to undo
+	models     []*proc
+	llms       []*proc
+	envws      []*proc
+	colls      []*proc
+	procs      []*proc
+	envFlags   []string
+	fleetFlags []string // flags every worker and collector gets
+	disks      []*disk  // by NATS node, when disk faults run
+	pending    []action // the fleet owner's queue
 
 	nc         *nats.Conn
 	js         jetstream.JetStream
@@ -217,11 +336,25 @@ type harness struct {
 	rep      *Report
 	finished bool          // Run got to the end; set last
 	settle   time.Duration // see Config.Settle
-	// submitSeqs maps the episodes stream's sequences to episode ids; the
-	// submitter writes it, Run reads it once the submitter has returned.
+	// reqs are the submitted requests by episode id; read-only once built.
+	reqs map[string]*messages.EpisodeRequest
+	// submitSeqs maps the episodes stream's sequences to episode ids and
+	// submitTimes the episodes to the time they were stored; the submitter
+	// writes them, Run reads them once the submitter has returned.
 	submitSeqs    map[uint64]string
+	submitTimes   map[string]time.Time
 	submitRetries atomic.Int64
 	submitted     atomic.Int64
+	// faultsMu guards rep.Faults, which the fleet owner and the injector
+	// both append to while the run goes on.
+	faultsMu sync.Mutex
+}
+
+// addFault records a fault in the report.
+func (h *harness) addFault(f Fault) {
+	h.faultsMu.Lock()
+	h.rep.Faults = append(h.rep.Faults, f)
+	h.faultsMu.Unlock()
 }
 
 // Run performs one chaos run and returns its report; the error is about the
@@ -233,7 +366,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	h := &harness{cfg: cfg, rng: newRNG(cfg.Seed), subj: messages.NewSubjects(""), submitSeqs: map[uint64]string{}}
+	cfg.Kinds = slices.Clone(cfg.Kinds)
+	h := &harness{cfg: cfg, rng: newRNG(cfg.Seed), subj: messages.NewSubjects(""),
+		submitSeqs: map[uint64]string{}, submitTimes: map[string]time.Time{}}
 	h.rep = newReport(cfg)
 	if err := h.prepareWorkdir(); err != nil {
 		return nil, err
@@ -261,6 +396,13 @@ func (h *harness) progress(format string, args ...any) {
 	fmt.Fprintf(h.cfg.Progress, "%7.1fs  %s\n", time.Since(h.t0).Seconds(), fmt.Sprintf(format, args...))
 }
 
+// note records an observation in the report and shows it as progress.
+func (h *harness) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	h.rep.Notes = append(h.rep.Notes, s)
+	h.progress("%s", s)
+}
+
 func (h *harness) prepareWorkdir() error {
 	dir := h.cfg.Workdir
 	if dir == "" {
@@ -273,7 +415,7 @@ func (h *harness) prepareWorkdir() error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("chaos: workdir: %w", err)
 		}
-		if _, err := os.Stat(filepath.Join(dir, "nats")); err == nil {
+		if old, _ := filepath.Glob(filepath.Join(dir, "nats*")); len(old) > 0 {
 			return fmt.Errorf("chaos: workdir %s holds an earlier run's data; give an empty or new directory", dir)
 		}
 	}
@@ -282,8 +424,9 @@ func (h *harness) prepareWorkdir() error {
 	return os.MkdirAll(h.logDir, 0o755)
 }
 
-// teardown stops the fleet and removes the workdir of a finished run that
-// is not to be kept. It runs on every return from Run, panics included.
+// teardown stops the fleet, undoes the tmpfs mounts and removes the workdir
+// of a finished run that is not to be kept. It runs on every return from
+// Run, panics included.
 func (h *harness) teardown() {
 	if h.nc != nil {
 		h.nc.Close()
@@ -292,14 +435,21 @@ func (h *harness) teardown() {
 		_ = h.harnessLog.Close()
 	}
 	h.stopFleet()
+	for _, dir := range h.mounted {
+		if err := unmount(dir); err != nil {
+			h.rep.Notes = append(h.rep.Notes, fmt.Sprintf("unmount %s: %v", dir, err))
+		}
+	}
 	// A run that ended early (an error, a panic) keeps its logs.
 	if h.finished && !h.rep.Kept {
 		_ = os.RemoveAll(h.workdir)
 	}
 }
 
-// connect opens the harness's own connection; it submits episodes and
-// reads outcomes, and rides out server restarts like any fleet process.
+// connect opens the harness's own connection with plain nats.go: it
+// submits episodes, injects messages and reads outcomes, and rides out
+// server restarts like any fleet process. The streams are the fleet's to
+// create; the harness waits for them.
 func (h *harness) connect(ctx context.Context) error {
 	f, err := os.OpenFile(filepath.Join(h.logDir, "harness.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -307,24 +457,35 @@ func (h *harness) connect(ctx context.Context) error {
 	}
 	h.harnessLog = f // closed by teardown, after the connection
 	log := slog.New(slog.NewTextHandler(f, nil)).With("process", "chaos")
-	nc, err := bus.Connect(h.natsURL, "chaos", log)
+	nc, err := nats.Connect(h.natsURL, nats.Name("chaos"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectBufSize(64<<20),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }))
 	if err != nil {
-		return err
+		return fmt.Errorf("chaos: connect: %w", err)
 	}
 	h.nc = nc
 	if h.js, err = jetstream.New(nc); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(h.cfg.ReadyTimeout)
+	streams := []string{h.subj.StreamEpisodes(), h.subj.StreamSteps(), h.subj.StreamTrajectories(), h.subj.StreamFailures()}
 	for {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = bus.EnsureStreams(sctx, h.js, h.subj, bus.StreamOptions{})
-		cancel()
-		if err == nil || errors.Is(err, bus.ErrStreamMismatch) {
+		missing := ""
+		for _, name := range streams {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = h.js.Stream(sctx, name)
+			cancel()
+			if err != nil {
+				missing = name
+				break
+			}
+		}
+		if missing == "" {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("chaos: streams: %w", err)
+			return fmt.Errorf("chaos: stream %s: %w", missing, err)
 		}
 		t := time.NewTimer(200 * time.Millisecond)
 		select {
@@ -338,51 +499,73 @@ func (h *harness) connect(ctx context.Context) error {
 // run drives the chaos window and the wait for outcomes, then checks them.
 func (h *harness) run(ctx context.Context) error {
 	reqs := h.requests()
-	events := h.plan()
+	h.reqs = make(map[string]*messages.EpisodeRequest, len(reqs))
+	for _, r := range reqs {
+		h.reqs[r.EpisodeID] = r
+	}
+	fleetEvents, msgEvents := h.plan()
 	h.rep.Submitted = len(reqs)
-	h.progress("fleet up: nats %s, %d env workers, %d LLM workers, %d model servers, 1 collector; %d episodes over %s, %d kills",
-		h.natsURL, len(h.envws), len(h.llms), len(h.models), len(reqs), h.cfg.Duration, len(events))
+	nats := "nats " + h.natsURL
+	if h.cfg.Cluster {
+		nats = "a 3-node NATS cluster " + h.natsURL
+	}
+	h.progress("fleet up: %s, %d env workers, %d LLM workers, %d model servers, %d collectors; %d episodes of %s over %s; %d faults",
+		nats, len(h.envws), len(h.llms), len(h.models), len(h.colls), len(reqs), strings.Join(h.cfg.Envs, ", "), h.cfg.Duration,
+		len(fleetEvents)+len(msgEvents))
 	var adv advisories
 	sub, err := adv.subscribe(h)
 	if err != nil {
 		return fmt.Errorf("chaos: advisories: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	tr := newTracker(h)
+	if err := tr.start(ctx); err != nil {
+		return fmt.Errorf("chaos: follow the steps stream: %w", err)
+	}
+	defer tr.stop()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	chaosDone := make(chan struct{})
+	injectDone := make(chan struct{})
 	stopOwner := make(chan struct{})
 	ownerStopped := false
 	stop := func() {
 		if !ownerStopped {
 			ownerStopped = true
 			close(stopOwner)
+			cancel()
 			wg.Wait()
 		}
 	}
 	defer stop()
-	wg.Go(func() { h.own(runCtx, events, chaosDone, stopOwner) })
+	wg.Go(func() { h.own(runCtx, fleetEvents, chaosDone, stopOwner) })
+	wg.Go(func() {
+		defer close(injectDone)
+		h.inject(runCtx, tr, msgEvents)
+	})
 	submitDone := make(chan error, 1)
 	wg.Go(func() { submitDone <- h.submit(runCtx, reqs) })
 
 	out := newOutcomes(h, reqs)
-	err = h.await(ctx, out, submitDone, chaosDone)
+	err = h.await(ctx, out, submitDone, chaosDone, injectDone)
 	stop()
 	if err != nil {
 		return err
 	}
 	// Everything the fleet will ever do is done: read the rest and check.
-	rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
+	rctx, rcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer rcancel()
 	if err := out.poll(rctx); err != nil {
 		return fmt.Errorf("chaos: read outcomes: %w", err)
 	}
-	ev := &evidence{t0: h.t0, logDir: h.logDir, maxDeliveries: map[string]maxDeliveries{}}
-	if ev.steps, ev.badSteps, err = readSteps(rctx, h); err != nil {
-		return fmt.Errorf("chaos: read steps: %w", err)
+	ev := &evidence{t0: h.t0, logDir: h.logDir, maxDeliveries: map[string]maxDeliveries{}, submitted: h.submitTimes}
+	if err := tr.caughtUp(rctx); err != nil {
+		h.note("%v", err)
 	}
+	tr.stop()
+	tr.evidence(ev)
 	if ev.leftover, err = leftover(rctx, h); err != nil {
 		return fmt.Errorf("chaos: read the episodes queue: %w", err)
 	}
@@ -402,7 +585,7 @@ func (h *harness) run(ctx context.Context) error {
 // is queued or unacknowledged and no step is waiting for the collector, and
 // no step or outcome has been stored for a while. It also returns at the
 // timeout.
-func (h *harness) await(ctx context.Context, out *outcomes, submitDone <-chan error, chaosDone <-chan struct{}) error {
+func (h *harness) await(ctx context.Context, out *outcomes, submitDone <-chan error, chaosDone, injectDone <-chan struct{}) error {
 	deadline := h.t0.Add(h.cfg.Duration + h.cfg.Timeout)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -422,10 +605,15 @@ func (h *harness) await(ctx context.Context, out *outcomes, submitDone <-chan er
 			h.progress("all %d episodes submitted (%d publish retries)", h.rep.Submitted, h.submitRetries.Load())
 			submitDone = nil
 		case <-chaosDone:
-			chaosEnd = time.Now()
-			h.progress("chaos window over; settling for at least %s", h.settle)
 			chaosDone = nil
+		case <-injectDone:
+			injectDone = nil
 		case <-tick.C:
+		}
+		if chaosEnd.IsZero() && chaosDone == nil && injectDone == nil {
+			chaosEnd = time.Now()
+			h.rep.ChaosSpan = time.Since(h.t0)
+			h.progress("chaos window over; settling for at least %s", h.settle)
 		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		if err := out.poll(pctx); err != nil {
@@ -501,7 +689,8 @@ func (h *harness) quiescent(ctx context.Context) (bool, string) {
 	return true, "consumers idle"
 }
 
-// requests builds the run's episode requests, reproducible from the seed.
+// requests builds the run's episode requests, reproducible from the seed;
+// the envs take turns.
 func (h *harness) requests() []*messages.EpisodeRequest {
 	now := time.Now().UnixNano()
 	reqs := make([]*messages.EpisodeRequest, h.cfg.Episodes)
@@ -511,7 +700,7 @@ func (h *harness) requests() []*messages.EpisodeRequest {
 		reqs[i] = &messages.EpisodeRequest{
 			V: messages.Version, EpisodeID: fmt.Sprintf("chaos-%x-%06d", h.cfg.Seed, i),
 			GroupID: fmt.Sprintf("chaos-%x-g%06d", h.cfg.Seed, i), GroupSize: 1,
-			Env: h.cfg.Env, EnvSeed: &envSeed,
+			Env: h.cfg.Envs[i%len(h.cfg.Envs)], EnvSeed: &envSeed,
 			Sampling:  messages.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: 256, Seed: &sampleSeed},
 			MaxLength: 4096, SubmitTime: now,
 		}
@@ -533,7 +722,9 @@ func mix(seed uint64, i int) uint64 {
 
 // submit publishes the requests at a steady pace over the first nine
 // tenths of the chaos window. Each publish is retried until the store
-// acknowledges it; the message id makes a repeat a no-op.
+// acknowledges it; the message id makes a repeat a no-op. The requests are
+// encoded with the messages package: they are the fleet's input, not what
+// the checks judge.
 func (h *harness) submit(ctx context.Context, reqs []*messages.EpisodeRequest) error {
 	window := h.cfg.Duration * 9 / 10
 	for i, r := range reqs {
@@ -547,35 +738,46 @@ func (h *harness) submit(ctx context.Context, reqs []*messages.EpisodeRequest) e
 				return ctx.Err()
 			}
 		}
-		if err := r.Validate(); err != nil {
-			return err
-		}
 		data, err := messages.Marshal(r)
 		if err != nil {
 			return err
 		}
-		for {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			var ack *jetstream.PubAck
-			ack, err = h.js.Publish(pctx, h.subj.Episodes(r.Env), data, jetstream.WithMsgID(r.EpisodeID))
-			cancel()
-			if err == nil {
-				h.submitSeqs[ack.Sequence] = r.EpisodeID
-				break
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			h.submitRetries.Add(1)
-			t := time.NewTimer(250 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			}
+		seq, err := h.publish(ctx, &nats.Msg{Subject: h.subj.Episodes(r.Env), Data: data}, r.EpisodeID, &h.submitRetries)
+		if err != nil {
+			return err
 		}
+		h.submitSeqs[seq] = r.EpisodeID
+		h.submitTimes[r.EpisodeID] = time.Now()
 		h.submitted.Add(1)
 	}
 	return nil
+}
+
+// publish stores m, retrying until the store acknowledges it or ctx ends,
+// and returns its stream sequence. msgID, if set, makes a repeat a no-op;
+// retries counts the repeats.
+func (h *harness) publish(ctx context.Context, m *nats.Msg, msgID string, retries *atomic.Int64) (uint64, error) {
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ack, err := h.js.PublishMsg(pctx, m, opts...)
+		cancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		retries.Add(1)
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, ctx.Err()
+		}
+	}
 }

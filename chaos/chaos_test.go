@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,15 +18,17 @@ import (
 )
 
 // TestChaos runs the chaos suite against freshly built binaries: by default
-// a short version (200 episodes, 2 kills per kind over 30s); with RF_CHAOS=1
-// the full one (2000 episodes, 20 kills per kind over 5 minutes; give go test
-// -timeout 60m). RF_CHAOS_SEED sets the seed. The short version takes a few
-// minutes, most of it the env workers' request timeout after a kill, so it
-// is skipped with -short.
+// a short version (200 episodes of the three games, 2 kills per kind of
+// process, one pause, one disk fill where mounting is permitted, 5 forged
+// and 2 re-submitted episodes over 30s); with RF_CHAOS=1 the full one (2000
+// episodes, 20 kills per kind and the default counts of the other faults
+// over 5 minutes; give go test -timeout 60m). RF_CHAOS_SEED sets the seed.
+// The short version takes about a minute and a half, most of it the wait for
+// the fleet to settle, so it is skipped with -short.
 func TestChaos(t *testing.T) {
 	full := os.Getenv("RF_CHAOS") == "1"
 	if testing.Short() && !full {
-		t.Skip("starts and kills a fleet of processes for a few minutes")
+		t.Skip("starts and kills a fleet of processes for a minute or two")
 	}
 	seed := uint64(1)
 	if s := os.Getenv("RF_CHAOS_SEED"); s != "" {
@@ -40,16 +44,22 @@ func TestChaos(t *testing.T) {
 	cfg := Config{
 		Bin: bin, Seed: seed, Progress: testWriter{t},
 		Episodes: 200, KillsPerKind: 2, Duration: 30 * time.Second, Timeout: 8 * time.Minute,
-		// Shorter than the defaults, for env workers that take the flags.
-		RequestTimeout: 15 * time.Second, AckWait: 15 * time.Second,
+		Pauses: 1, DiskFills: 1, Forgeries: len(forgeries), Resubmits: 2,
+		// Shorter than the defaults: a pause of 12–15s outlasts the ack wait.
+		RequestTimeout: 15 * time.Second, AckWait: 8 * time.Second, PauseMin: 12 * time.Second, PauseMax: 15 * time.Second,
+		DiskHold: 6 * time.Second, RecoverWait: 10 * time.Second,
 	}
 	if full {
-		cfg.Episodes, cfg.KillsPerKind, cfg.Duration, cfg.Timeout = 2000, 20, 5*time.Minute, 30*time.Minute
+		cfg = Config{Bin: bin, Seed: seed, Progress: testWriter{t}, Timeout: 30 * time.Minute}
 	}
 	// End with a report rather than the test binary's panic when go test's
 	// deadline comes first.
 	if d, ok := t.Deadline(); ok {
-		if left := time.Until(d) - cfg.Duration - time.Minute; left < cfg.Timeout {
+		window := cfg.Duration
+		if window == 0 {
+			window = 5 * time.Minute
+		}
+		if left := time.Until(d) - window - time.Minute; left < cfg.Timeout {
 			cfg.Timeout = max(left, time.Minute)
 		}
 	}
@@ -63,8 +73,11 @@ func TestChaos(t *testing.T) {
 	if !rep.OK() {
 		t.Errorf("the fleet broke the promise:\n%s", rep.Details())
 	}
-	if got := len(rep.Kills); got != len(Kinds)*cfg.KillsPerKind {
-		t.Errorf("%d kills, want %d per kind", got, cfg.KillsPerKind)
+	kills := rep.FaultsByKind()
+	for _, k := range ProcessKinds {
+		if want := max(cfg.KillsPerKind, 0); !full && kills[k] != want {
+			t.Errorf("%d kills of %s, want %d", kills[k], k, want)
+		}
 	}
 }
 
@@ -76,130 +89,314 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestPlan checks that the kill schedule is reproducible from the seed,
-// covers every kind the asked number of times, stays inside the window and
-// only ever picks the first model server.
+// TestPlan checks that the fault schedule is reproducible from the seed,
+// covers every kind the asked number of times, stays inside the window,
+// only ever picks the first model server and gives pauses and disk fills
+// their lengths.
 func TestPlan(t *testing.T) {
 	newHarness := func(seed uint64) *harness {
-		cfg := Config{Seed: seed, KillsPerKind: 7, Duration: time.Minute}
+		cfg := Config{Seed: seed, KillsPerKind: 7, Pauses: 3, DiskFills: 2, Forgeries: 6, Resubmits: 4,
+			Duration: time.Minute, AckWait: 10 * time.Second, Cluster: true}
 		cfg.setDefaults()
 		h := &harness{cfg: cfg, rng: newRNG(seed)}
 		for range 3 {
 			h.envws = append(h.envws, &proc{})
+			h.natsNodes = append(h.natsNodes, &proc{})
+			h.disks = append(h.disks, &disk{})
 		}
 		h.llms = []*proc{{}, {}}
 		h.models = []*proc{{}, {}}
-		h.coll, h.nats = &proc{}, &proc{}
+		h.colls = []*proc{{}, {}}
 		return h
 	}
-	a, b := newHarness(5).plan(), newHarness(5).plan()
-	if len(a) != 7*len(Kinds) {
-		t.Fatalf("%d events, want %d", len(a), 7*len(Kinds))
+	af, am := newHarness(5).plan()
+	bf, bm := newHarness(5).plan()
+	want := map[Kind]int{KindPause: 3, KindDisk: 2, KindForge: 6, KindResubmit: 4}
+	for _, k := range ProcessKinds {
+		want[k] = 7
+	}
+	if !slices.Equal(af, bf) || !slices.Equal(am, bm) {
+		t.Fatal("two plans of one seed differ")
 	}
 	count := map[Kind]int{}
-	for i, ev := range a {
-		if ev != b[i] {
-			t.Fatalf("event %d differs between two plans of one seed: %+v vs %+v", i, ev, b[i])
+	for list, evs := range [][]event{af, am} {
+		for i, ev := range evs {
+			if i > 0 && ev.at < evs[i-1].at {
+				t.Fatalf("events out of order at %d", i)
+			}
+			if ev.at <= 0 || ev.at > time.Minute {
+				t.Fatalf("event %+v outside the window", ev)
+			}
+			switch ev.kind {
+			case KindModel:
+				if ev.victim != 0 {
+					t.Fatalf("model server %d chosen: only the first may be killed", ev.victim)
+				}
+			case KindPause:
+				if ev.down < 15*time.Second || ev.down > 25*time.Second || ev.victim >= 7 {
+					t.Fatalf("pause %+v: want 15–25s (1.5–2.5 ack waits) of one of 7 workers and collectors", ev)
+				}
+			case KindDisk:
+				if ev.down < 7500*time.Millisecond || ev.down > 15*time.Second || ev.victim >= 3 {
+					t.Fatalf("disk fill %+v: want a hold of 7.5–15s on one of 3 nodes", ev)
+				}
+			case KindForge:
+				if ev.variant >= len(forgeries) {
+					t.Fatalf("forgery variant %d", ev.variant)
+				}
+			case KindResubmit:
+				if ev.variant > 1 {
+					t.Fatalf("resubmission mode %d", ev.variant)
+				}
+			default:
+				if ev.down < 0 || ev.down > 2*time.Second {
+					t.Fatalf("kill %+v outside the down-time bound", ev)
+				}
+			}
+			if (ev.kind == KindForge || ev.kind == KindResubmit) != (list == 1) {
+				t.Fatalf("%s event in the wrong list", ev.kind)
+			}
+			count[ev.kind]++
 		}
-		if i > 0 && ev.at < a[i-1].at {
-			t.Fatalf("events out of order at %d", i)
-		}
-		if ev.at <= 0 || ev.at > time.Minute || ev.down < 0 || ev.down > 2*time.Second {
-			t.Fatalf("event %+v outside the window or the down-time bound", ev)
-		}
-		if ev.kind == KindModel && ev.victim != 0 {
-			t.Fatalf("model server %d chosen: only the first may be killed", ev.victim)
-		}
-		count[ev.kind]++
 	}
-	for _, k := range Kinds {
-		if count[k] != 7 {
-			t.Errorf("%s: %d kills, want 7", k, count[k])
-		}
+	if !maps.Equal(count, want) {
+		t.Errorf("faults by kind %v, want %v", count, want)
 	}
-	if c := newHarness(6).plan(); c[0] == a[0] && c[1] == a[1] {
+	if cf, _ := newHarness(6).plan(); cf[0] == af[0] && cf[1] == af[1] {
 		t.Error("two seeds gave the same schedule")
+	}
+	h := newHarness(5)
+	h.cfg.Kinds = []Kind{KindForge}
+	if f, m := h.plan(); len(f) != 0 || len(m) != 6 {
+		t.Errorf("only forgeries asked for: %d fleet and %d message events", len(f), len(m))
 	}
 }
 
-// TestCheck runs a few episodes in one process, then checks that the
-// report accepts their outcomes as they are and catches a lost episode, a
-// duplicate, a broken invariant and a trajectory that does not replay.
-func TestCheck(t *testing.T) {
+// checkFixtures runs a few episodes of the default games in one process
+// and returns their trajectories as the fleet encodes them on the wire and
+// the harness's decoder reads them.
+func checkFixtures(t *testing.T) []*Trajectory {
+	t.Helper()
 	var out bytes.Buffer
 	seed := uint64(3)
-	sum, err := fleet.Run(t.Context(), fleet.Options{Env: "game:GuessTheNumber-v0", Episodes: 12, Seed: &seed, Out: &out})
+	sum, err := fleet.Run(t.Context(), fleet.Options{Env: strings.Join(DefaultEnvs, ","), Episodes: 15, Seed: &seed, Out: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Trajectories != 12 {
-		t.Fatalf("want 12 trajectories, got %s", sum)
+	if sum.Trajectories != 15 {
+		t.Fatalf("want 15 trajectories, got %s", sum)
 	}
-	var trajs []*messages.Trajectory
+	var trajs []*Trajectory
 	for line := range bytes.Lines(out.Bytes()) {
 		var tr messages.Trajectory
 		if err := json.Unmarshal(line, &tr); err != nil {
 			t.Fatal(err)
 		}
 		tr.V = messages.Version
-		trajs = append(trajs, &tr)
+		data, err := messages.Marshal(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine, err := DecodeTrajectory(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		trajs = append(trajs, mine)
 	}
+	return trajs
+}
+
+// stepsOf cuts a chat trajectory into the step events that made it, as
+// episode id's given attempt.
+func stepsOf(tr *Trajectory, id string, attempt int64) []*Step {
+	obs, lp := tr.ObservationTokens, tr.RolloutLogProbs
+	var steps []*Step
+	for i, r := range tr.ActionRanges {
+		end := int32(len(obs))
+		if i+1 < len(tr.ActionRanges) {
+			end = tr.ActionRanges[i+1].Start
+		}
+		s := &Step{V: 1, EpisodeID: id, Turn: int64(i), Attempt: attempt, ActionTokens: obs[r.Start:r.End],
+			ActionLogprobs: lp[r.Start:r.End], FeedbackTokens: obs[r.End:end], Reward: tr.StepRewards[i]}
+		if i == 0 {
+			s.PromptTokens = obs[:r.Start]
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+// splice joins a's turns before k and b's from k into one trajectory under
+// a's id and seed, as a collector that mixed two runs would.
+func splice(a, b *Trajectory, k int) *Trajectory {
+	z := *a
+	cut, from := a.ActionRanges[k].Start, b.ActionRanges[k].Start
+	delta := cut - from
+	z.ObservationTokens = slices.Concat(a.ObservationTokens[:cut], b.ObservationTokens[from:])
+	z.RolloutLogProbs = slices.Concat(a.RolloutLogProbs[:cut], b.RolloutLogProbs[from:])
+	z.ActionRanges = slices.Clone(a.ActionRanges[:k])
+	for _, r := range b.ActionRanges[k:] {
+		z.ActionRanges = append(z.ActionRanges, Span{r.Start + delta, r.End + delta})
+	}
+	z.StepRewards = slices.Concat(a.StepRewards[:k], b.StepRewards[k:])
+	z.Reward = 0
+	for _, r := range z.StepRewards {
+		z.Reward += r
+	}
+	z.Turns, z.Truncated, z.Success = b.Turns, b.Truncated, b.Success
+	z.ExtraLogs = maps.Clone(b.ExtraLogs)
+	return &z
+}
+
+// TestCheck takes real trajectories of the three games through the checks:
+// as they are they pass; a lost episode, a duplicate, a broken invariant, a
+// trajectory that does not replay, one with forged content and spliced ones
+// are each caught.
+func TestCheck(t *testing.T) {
+	trajs := checkFixtures(t)
 	for _, tr := range trajs {
-		if err := Replay(tr); err != nil {
+		if err := checkInvariants(tr); err != nil {
 			t.Fatalf("%s: %v", tr.EpisodeID, err)
 		}
+		if err := Replay(tr); err != nil {
+			t.Fatalf("%s (%s): %v", tr.EpisodeID, tr.Env, err)
+		}
+	}
+	var guess []*Trajectory // GuessTheNumber trajectories of at least 3 turns
+	for _, tr := range trajs {
+		if strings.Contains(tr.Env, "GuessTheNumber") && tr.Turns >= 3 {
+			guess = append(guess, tr)
+		}
+	}
+	if len(guess) < 2 {
+		t.Fatalf("only %d GuessTheNumber trajectories of 3 turns or more", len(guess))
 	}
 
-	build := func(mutate func(o *outcomes)) *Report {
+	submitted := map[string]time.Time{}
+	for _, tr := range trajs {
+		submitted[tr.EpisodeID] = time.Now()
+	}
+	// build checks the trajectories, each with its steps as attempt 1,
+	// after mutate has had its way with them; with withGap the harness
+	// missed two messages of the steps stream meanwhile.
+	withGap := false
+	build := func(mutate func(o *outcomes, idx stepIndex, rep *Report)) *Report {
 		o := &outcomes{ours: map[string]bool{}, byID: map[string][]*record{}}
+		idx := stepIndex{}
 		for i, tr := range trajs {
 			o.ours[tr.EpisodeID] = true
 			o.order = append(o.order, tr.EpisodeID)
-			r := &record{stream: "RF_TRAJECTORIES", seq: uint64(i + 1), traj: tr}
+			r := &record{stream: "RF_TRAJECTORIES", seq: uint64(i + 1), traj: tr, stored: time.Now()}
 			o.records = append(o.records, r)
 			o.byID[tr.EpisodeID] = append(o.byID[tr.EpisodeID], r)
+			for j, s := range stepsOf(tr, tr.EpisodeID, 1) {
+				idx.add(s, uint64(100*i+j), "")
+			}
 		}
-		mutate(o)
 		rep := newReport(Config{})
+		ev := &evidence{logDir: t.TempDir(), index: idx, submitted: submitted}
+		mutate(o, idx, rep)
+		if withGap {
+			ev.gaps = []gap{{from: 7, to: 8, after: time.Now().Add(-time.Hour), before: time.Now()}}
+		}
 		rep.Submitted = len(o.order)
-		rep.check(o, &evidence{logDir: t.TempDir()})
+		rep.check(o, ev)
 		return rep
 	}
-	if rep := build(func(*outcomes) {}); !rep.OK() || rep.Trajectories != 12 {
+	replace := func(o *outcomes, tr *Trajectory) { o.byID[tr.EpisodeID][0] = &record{traj: tr} }
+
+	if rep := build(func(*outcomes, stepIndex, *Report) {}); !rep.OK() || rep.Trajectories != len(trajs) {
 		t.Fatalf("a clean run fails the check:\n%s%s", rep.Table(), rep.Details())
 	}
-	lost := build(func(o *outcomes) { delete(o.byID, trajs[0].EpisodeID) })
+	lost := build(func(o *outcomes, _ stepIndex, _ *Report) { delete(o.byID, trajs[0].EpisodeID) })
 	if lost.OK() || len(lost.Lost) != 1 || lost.Lost[0] != trajs[0].EpisodeID {
 		t.Errorf("lost episode not reported: %v", lost.Lost)
 	}
-	dup := build(func(o *outcomes) {
+	dup := build(func(o *outcomes, _ stepIndex, _ *Report) {
 		id := trajs[1].EpisodeID
-		o.byID[id] = append(o.byID[id], &record{stream: "RF_FAILURES", seq: 1,
-			fail: &messages.Failure{V: messages.Version, EpisodeID: id, Kind: messages.FailureEpisode, Reason: "late"}})
+		o.byID[id] = append(o.byID[id], &record{stream: "RF_FAILURES", seq: 1, fail: &Failure{V: 1, EpisodeID: id, Kind: "episode", Reason: "late"}})
 	})
 	if dup.OK() || len(dup.Duplicated) != 1 || dup.DuplicateRecords != 1 {
 		t.Errorf("duplicate not reported: %v", dup.Duplicated)
 	}
-	invalid := build(func(o *outcomes) {
+	invalid := build(func(o *outcomes, _ stepIndex, _ *Report) {
 		tr := *trajs[2]
 		tr.Reward += 1 // no longer the sum of the step rewards
-		o.byID[tr.EpisodeID][0] = &record{traj: &tr}
+		replace(o, &tr)
 	})
 	if invalid.OK() || len(invalid.Invalid) != 1 {
 		t.Errorf("broken invariant not reported: %v", invalid.Invalid)
 	}
-	replay := build(func(o *outcomes) {
-		tr := *trajs[3]
-		tr.StepRewards = append([]float64(nil), tr.StepRewards...)
+	replay := build(func(o *outcomes, _ stepIndex, _ *Report) {
+		tr := *guess[0]
 		seed := *tr.EnvSeed + 1 // another game: the actions replay differently
 		tr.EnvSeed = &seed
-		o.byID[tr.EpisodeID][0] = &record{traj: &tr}
+		replace(o, &tr)
 	})
-	if replay.OK() || len(replay.ReplayErrors) != 1 {
-		t.Errorf("replay mismatch not reported: %v", replay.ReplayErrors)
+	if replay.OK() || len(replay.ReplayErrors) != 1 || len(replay.Unproven) != 0 {
+		t.Errorf("replay mismatch not reported: %v %v", replay.ReplayErrors, replay.Unproven)
 	}
 	if !strings.Contains(replay.Table(), "verdict                FAIL") {
 		t.Errorf("table does not show the verdict:\n%s", replay.Table())
+	}
+
+	// A forged last step ending the game with a reward of 1e6: the record
+	// keeps every invariant; the provenance check finds the forgery.
+	forged := build(func(o *outcomes, idx stepIndex, rep *Report) {
+		tr := *guess[1]
+		last := len(tr.StepRewards) - 1
+		tr.StepRewards = slices.Clone(tr.StepRewards)
+		tr.Reward += 1e6 - tr.StepRewards[last]
+		tr.StepRewards[last] = 1e6
+		replace(o, &tr)
+		steps := stepsOf(&tr, tr.EpisodeID, 1)
+		idx.add(steps[last], 9999, "reward 1e6")
+		rep.Forged[tr.EpisodeID] = "reward 1e6"
+	})
+	if forged.OK() || len(forged.ForgedContent) != 1 || len(forged.Unproven) != 1 || !strings.Contains(forged.Unproven[0], "forged reward 1e6 message") {
+		t.Errorf("forged content not reported: %v / %v", forged.ForgedContent, forged.Unproven)
+	}
+
+	// The same episode id run twice on two games, its turns stored under
+	// one attempt number (as a re-submission's are): a splice of the two
+	// has honest steps for every turn, and the replay catches it.
+	a, b := guess[0], guess[1]
+	k := int(min(a.Turns, b.Turns)) - 1
+	spliced := build(func(o *outcomes, idx stepIndex, _ *Report) {
+		replace(o, splice(a, b, k))
+		for j, s := range stepsOf(b, a.EpisodeID, 1)[k:] {
+			idx.add(s, uint64(5000+j), "")
+		}
+	})
+	if spliced.OK() || len(spliced.ReplayErrors) != 1 || len(spliced.Unproven) != 0 {
+		t.Errorf("splice of two runs under one attempt not caught by the replay: %v %v", spliced.ReplayErrors, spliced.Unproven)
+	}
+	// A step the harness never saw, while it missed part of the steps
+	// stream: the trajectory cannot be verified, which is no failure.
+	withGap = true
+	unseen := build(func(_ *outcomes, idx stepIndex, _ *Report) { delete(idx, trajs[5].EpisodeID) })
+	withGap = false
+	if !unseen.OK() || len(unseen.Unverified) != 1 || unseen.StepsMissed != 2 {
+		t.Errorf("unseen steps during a gap: unverified %v, missed %d, problems %v", unseen.Unverified, unseen.StepsMissed, unseen.Problems())
+	}
+	if rep := build(func(_ *outcomes, idx stepIndex, _ *Report) { delete(idx, trajs[5].EpisodeID) }); rep.OK() || len(rep.Unproven) != 1 {
+		t.Errorf("unseen steps without a gap not reported: %v", rep.Unproven)
+	}
+	// Turns of two attempts of one game: the provenance check catches it.
+	across := build(func(o *outcomes, idx stepIndex, _ *Report) {
+		z := splice(a, b, k)
+		replace(o, z)
+		delete(idx, a.EpisodeID)
+		steps := stepsOf(z, a.EpisodeID, 1)
+		for j, s := range steps {
+			if j >= k {
+				s.Attempt = 2
+			}
+			idx.add(s, uint64(6000+j), "")
+		}
+	})
+	if across.OK() || len(across.Unproven) != 1 || !strings.Contains(across.Unproven[0], "spliced") {
+		t.Errorf("splice across attempts not reported: %v", across.Unproven)
 	}
 }
 
@@ -246,16 +443,66 @@ func TestProcKill(t *testing.T) {
 	}
 }
 
+// TestProcPause checks that stop holds a process (state T in /proc) and
+// resume lets it go on.
+func TestProcPause(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	p := &proc{name: "sleep", bin: "/bin/sleep", args: []string{"60"}, logPath: filepath.Join(t.TempDir(), "sleep.log")}
+	t.Cleanup(func() {
+		p.kill()
+		if p.log != nil {
+			p.log.Close()
+		}
+	})
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	state := func() byte {
+		data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid()), "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pid (comm) state …
+		i := bytes.LastIndexByte(data, ')')
+		return data[i+2]
+	}
+	waitState := func(stopped bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); (state() == 'T') != stopped; {
+			if time.Now().After(deadline) {
+				t.Fatalf("state %c, want stopped=%v", state(), stopped)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	p.stop()
+	if !p.paused {
+		t.Fatal("not marked paused")
+	}
+	waitState(true)
+	p.resume()
+	waitState(false)
+	p.stop()
+	waitState(true)
+	p.kill() // a stopped process dies of SIGKILL too
+	if !p.exited() || p.paused {
+		t.Fatal("a paused process survived kill")
+	}
+}
+
 // TestRunEvidence checks how runs of an episode in the steps stream are
 // read: overlapping runs, a rerun after a finished run, and the diagnosis
-// of an episode whose finished run the collector dropped for a later one.
+// of a lost episode one of whose runs finished.
 func TestRunEvidence(t *testing.T) {
 	t0 := time.Now()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	runs := map[int32]*stepRun{
-		1: {attempt: 1, start: at(1), finish: at(5)},
-		2: {attempt: 2, start: at(10), finish: at(40), done: true},
-		3: {attempt: 3, start: at(12), finish: at(14)},
+	k := func(a int64) runKey { return runKey{attempt: a} }
+	runs := map[runKey]*stepRun{
+		k(1): {key: k(1), start: at(1), finish: at(5)},
+		k(2): {key: k(2), start: at(10), finish: at(40), done: true},
+		k(3): {key: k(3), start: at(12), finish: at(14)},
 	}
 	if !overlapping(runs) {
 		t.Error("attempt 3 started while attempt 2 ran: not seen as overlapping")
@@ -263,18 +510,18 @@ func TestRunEvidence(t *testing.T) {
 	if rerunAfterDone(runs) {
 		t.Error("no run started after a finished one")
 	}
-	runs[4] = &stepRun{attempt: 4, start: at(50), finish: at(51)}
+	runs[k(4)] = &stepRun{key: k(4), start: at(50), finish: at(51)}
 	if !rerunAfterDone(runs) {
 		t.Error("attempt 4 started after attempt 2 had finished: not seen")
 	}
-	delete(runs, 4)
-	if overlapping(map[int32]*stepRun{1: runs[1], 2: runs[2]}) {
+	delete(runs, k(4))
+	if overlapping(map[runKey]*stepRun{k(1): runs[k(1)], k(2): runs[k(2)]}) {
 		t.Error("sequential runs seen as overlapping")
 	}
-	ev := &evidence{t0: t0, steps: map[string]map[int32]*stepRun{"e": runs},
+	ev := &evidence{t0: t0, steps: map[string]map[runKey]*stepRun{"e": runs},
 		maxDeliveries: map[string]maxDeliveries{"e": {Deliveries: 5}}, leftover: map[string]time.Time{}}
 	got := ev.diagnose("e")
-	if !strings.Contains(got, "attempt 2 ran to its end, but attempt 3 had started") || !strings.Contains(got, "delivered the request 5 times") {
+	if !strings.Contains(got, "attempt 2 stored its last step (done) at +40.0s, yet no outcome was recorded") || !strings.Contains(got, "delivered the request 5 times") {
 		t.Errorf("diagnosis: %s", got)
 	}
 }

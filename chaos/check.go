@@ -3,18 +3,15 @@ package chaos
 import (
 	"bufio"
 	"fmt"
-	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/envs"
-	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
 
@@ -23,22 +20,44 @@ const maxDetails = 20
 
 // evidence is what the harness gathered besides the outcome records.
 type evidence struct {
-	t0       time.Time
-	logDir   string
-	steps    map[string]map[int32]*stepRun // by episode and attempt
-	badSteps int
+	t0     time.Time
+	logDir string
+	// steps holds the honest steps' runs by episode and run; index the
+	// fingerprints of every step, forged ones marked; gaps the stretches of
+	// the steps stream deleted before the harness read them; markers the
+	// outcome markers by episode (see tracker).
+	steps       map[string]map[runKey]*stepRun
+	index       stepIndex
+	gaps        []gap
+	markers     map[string]string
+	badSteps    int
+	badStepErrs []string
+	forgedSteps int
+	// submitted holds the time each episode was stored in the episodes
+	// stream.
+	submitted map[string]time.Time
 	// leftover holds the requests still in the episodes queue, by episode
 	// id, with the time they were stored.
 	leftover map[string]time.Time
 	// maxDeliveries holds JetStream's max-deliveries advisories by episode.
 	maxDeliveries map[string]maxDeliveries
-	kills         []Kill
+	faults        []Fault
 }
 
-// check fills the report from the outcomes and the evidence.
+// check fills the report from the outcomes and the evidence. It judges
+// with the harness's own means only: the records as its decoder reads them,
+// its invariant checks, the provenance of each turn in the steps stream and
+// a replay against the game.
 func (r *Report) check(out *outcomes, ev *evidence) {
-	ev.kills = r.Kills
+	ev.faults = r.Faults
 	r.MalformedSteps = ev.badSteps
+	r.ForgedStored = ev.forgedSteps
+	for _, g := range ev.gaps {
+		r.StepsMissed += int(g.to - g.from + 1)
+	}
+	for _, e := range ev.badStepErrs {
+		r.Notes = append(r.Notes, "undecodable step: "+e)
+	}
 	for _, rec := range out.records {
 		switch {
 		case rec.bad != nil:
@@ -46,6 +65,9 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s seq %d does not decode: %v", rec.stream, rec.seq, rec.bad))
 		case !out.ours[rec.episodeID()]:
 			r.Foreign++
+			if r.Foreign <= 5 {
+				r.Notes = append(r.Notes, fmt.Sprintf("%s seq %d belongs to no submitted episode: %s", rec.stream, rec.seq, rec.describe()))
+			}
 		}
 	}
 	for _, id := range out.order {
@@ -54,7 +76,7 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 		case 0:
 			r.Lost = append(r.Lost, id)
 			if len(r.LostDetails) < maxDetails {
-				r.LostDetails = append(r.LostDetails, ev.lostDetail(id))
+				r.LostDetails = append(r.LostDetails, ev.lostDetail(id, r.targetedNote(id)))
 			}
 			continue
 		case 1:
@@ -62,7 +84,7 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 			r.Duplicated = append(r.Duplicated, id)
 			r.DuplicateRecords += len(recs) - 1
 			if len(r.DuplicateDetails) < maxDetails {
-				r.DuplicateDetails = append(r.DuplicateDetails, duplicateDetail(id, recs)+ev.runs(id))
+				r.DuplicateDetails = append(r.DuplicateDetails, duplicateDetail(id, recs)+r.targetedNote(id)+ev.runs(id))
 			}
 		}
 		// The first record decides the episode; every trajectory record
@@ -73,7 +95,11 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 		} else {
 			r.Trajectories++
 		}
+		_, forgedEp := r.Forged[id]
 		for _, rec := range recs {
+			if f := rec.fail; f != nil && forgedEp {
+				r.ForgedFailures = append(r.ForgedFailures, fmt.Sprintf("%s (%s): %s: %s", id, r.Forged[id], f.Kind, f.Reason))
+			}
 			t := rec.traj
 			if t == nil {
 				continue
@@ -82,12 +108,26 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 				r.Resumed++
 				r.ResumedTotal += int(t.Resumed)
 			}
-			if err := t.Validate(); err != nil {
-				r.Invalid = append(r.Invalid, fmt.Sprintf("%s: %v", id, err))
+			if err := checkInvariants(t); err != nil {
+				r.Invalid = append(r.Invalid, fmt.Sprintf("%s%s: %v", id, r.targetedNote(id), err))
 				continue
 			}
+			forged, err := ev.index.provenance(t)
+			if forged {
+				r.ForgedContent = append(r.ForgedContent, id)
+			}
+			switch {
+			case err != nil && !forged && ev.missed(id, recs):
+				// Steps of its time were deleted before the harness read
+				// them: what it did not see it cannot hold against it.
+				r.Unverified = append(r.Unverified, fmt.Sprintf("%s: %v", id, err))
+			case err != nil:
+				r.Unproven = append(r.Unproven, fmt.Sprintf("%s (resumed %d)%s: %v%s", id, t.Resumed, r.targetedNote(id), err, ev.runs(id)))
+			case forgedEp:
+				r.ForgedHonest++
+			}
 			if err := Replay(t); err != nil {
-				r.ReplayErrors = append(r.ReplayErrors, fmt.Sprintf("%s (resumed %d): %v", id, t.Resumed, err))
+				r.ReplayErrors = append(r.ReplayErrors, fmt.Sprintf("%s (resumed %d)%s: %v", id, t.Resumed, r.targetedNote(id), err))
 			} else if t.Resumed > 0 {
 				r.ResumedChecked++
 			}
@@ -100,6 +140,9 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 		if n := len(runs); n > 1 {
 			r.Redelivered++
 			r.ExtraRuns += n - 1
+		}
+		if _, again := r.Resubmitted[id]; again {
+			continue // two runs under one attempt number: the timings mix
 		}
 		if overlapping(runs) {
 			r.ConcurrentRuns++
@@ -127,14 +170,56 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 	r.scanLogs(ev.logDir)
 }
 
-// overlapping reports whether a later run of an episode started before an
-// earlier one stored its last step: the episode was redelivered while a
-// worker was still running it.
-func overlapping(runs map[int32]*stepRun) bool {
-	attempts := slices.Sorted(maps.Keys(runs))
-	for i, a := range attempts {
-		for _, b := range attempts[i+1:] {
-			if runs[b].start.Before(runs[a].finish) {
+// missed reports whether the harness may have missed steps of an episode:
+// a stretch of the steps stream it never saw was stored while the episode
+// was undecided.
+func (ev *evidence) missed(id string, recs []*record) bool {
+	start, ok := ev.submitted[id]
+	if !ok {
+		return true
+	}
+	end := time.Now()
+	if len(recs) > 0 {
+		end = recs[len(recs)-1].stored
+	}
+	for _, g := range ev.gaps {
+		if !g.before.Before(start) && !g.after.After(end) {
+			return true
+		}
+	}
+	return false
+}
+
+// describe renders a record in a line.
+func (rec *record) describe() string {
+	switch {
+	case rec.traj != nil:
+		return fmt.Sprintf("trajectory of %q (%s, %d turns)", rec.traj.EpisodeID, rec.traj.Env, rec.traj.Turns)
+	case rec.fail != nil:
+		return fmt.Sprintf("failure of %q: %s: %s (subject %s)", rec.fail.EpisodeID, rec.fail.Kind, rec.fail.Reason, rec.fail.Subject)
+	}
+	return "undecodable"
+}
+
+// targetedNote names the message fault an episode was the target of.
+func (r *Report) targetedNote(id string) string {
+	if v, ok := r.Forged[id]; ok {
+		return " [forged: " + v + "]"
+	}
+	if v, ok := r.Resubmitted[id]; ok {
+		return " [re-submitted while " + v + "]"
+	}
+	return ""
+}
+
+// overlapping reports whether two runs of an episode stored steps at the
+// same time: the episode was delivered again while a worker was still
+// running it (a pause or a lost connection outlasting the ack wait, say).
+func overlapping(runs map[runKey]*stepRun) bool {
+	sorted := sortedRuns(runs)
+	for i, a := range sorted {
+		for _, b := range sorted[i+1:] {
+			if a.start.Before(b.finish) && b.start.Before(a.finish) {
 				return true
 			}
 		}
@@ -142,16 +227,16 @@ func overlapping(runs map[int32]*stepRun) bool {
 	return false
 }
 
-// rerunAfterDone reports whether a run of an episode started after an
-// earlier run had stored its final step: the episode was delivered again
-// although it was complete (its acknowledgement was lost).
-func rerunAfterDone(runs map[int32]*stepRun) bool {
+// rerunAfterDone reports whether a run of an episode started after another
+// run had stored its final step: the episode was played again although it
+// was complete.
+func rerunAfterDone(runs map[runKey]*stepRun) bool {
 	for _, a := range runs {
 		if !a.done {
 			continue
 		}
 		for _, b := range runs {
-			if b.attempt > a.attempt && b.start.After(a.finish) {
+			if b != a && b.start.After(a.finish) {
 				return true
 			}
 		}
@@ -162,25 +247,30 @@ func rerunAfterDone(runs map[int32]*stepRun) bool {
 // diagnose names what the evidence shows about why a lost episode has no
 // outcome.
 func (ev *evidence) diagnose(id string) string {
-	runs := ev.steps[id]
-	attempts := slices.Sorted(maps.Keys(runs))
+	runs := sortedRuns(ev.steps[id])
 	var why []string
-	for i, a := range attempts {
-		if !runs[a].done || i == len(attempts)-1 {
-			continue
+	finished := false
+	for _, r := range runs {
+		if r.done {
+			finished = true
 		}
-		last := runs[attempts[len(attempts)-1]]
-		why = append(why, fmt.Sprintf("attempt %d ran to its end, but attempt %d had started meanwhile and the collector keeps only the latest attempt's steps; attempt %d never finished",
-			a, last.attempt, last.attempt))
+		if r.done && len(r.errors) == 0 {
+			why = append(why, fmt.Sprintf("%s stored its last step (done) at %s, yet no outcome was recorded", r.key, ev.since(r.finish)))
+		}
+	}
+	if kind, ok := ev.markers[id]; ok {
+		why = append(why, fmt.Sprintf("the collector wrote an outcome marker (%s) on its steps subject, yet no outcome record is stored", kind))
 	}
 	_, leftover := ev.leftover[id]
-	if adv, ok := ev.maxDeliveries[id]; ok && (len(attempts) == 0 || !runs[attempts[len(attempts)-1]].done) {
+	if adv, ok := ev.maxDeliveries[id]; ok && (len(runs) == 0 || !runs[len(runs)-1].done) {
 		why = append(why, fmt.Sprintf("JetStream delivered the request %d times, the env workers' MaxDeliver, and no run recorded an outcome", adv.Deliveries))
 	} else if leftover {
 		why = append(why, "the request is still in the episodes queue, never acknowledged, and is not being delivered")
+	} else if !finished {
+		why = append(why, "the request is no longer in the episodes queue (acknowledged or removed), yet no run finished and no outcome was recorded")
 	}
-	if len(attempts) == 0 {
-		why = append(why, "no run stored a single step")
+	if len(runs) == 0 {
+		why = append(why, "the harness saw no step of it")
 	}
 	if len(why) == 0 {
 		return ""
@@ -194,25 +284,24 @@ func (ev *evidence) since(t time.Time) string {
 }
 
 // runs describes an episode's runs in the steps stream, each with the
-// kills that followed its last step within a minute.
+// faults that followed its last step within a minute.
 func (ev *evidence) runs(id string) string {
-	runs := ev.steps[id]
+	runs := sortedRuns(ev.steps[id])
 	if len(runs) == 0 {
-		return " no step event in the steps stream"
+		return " the harness saw no step event of it"
 	}
 	var b strings.Builder
-	for _, a := range slices.Sorted(maps.Keys(runs)) {
-		run := runs[a]
-		fmt.Fprintf(&b, "\n      attempt %d: %d step events, turns %d..%d at %s..%s, done=%v", a, run.messages,
+	for _, run := range runs {
+		fmt.Fprintf(&b, "\n      %s: %d step events, turns %d..%d at %s..%s, done=%v", run.key, run.messages,
 			run.first, run.turns-1, ev.since(run.start), ev.since(run.finish), run.done)
 		if len(run.errors) > 0 {
 			fmt.Fprintf(&b, ", error %q", run.errors[len(run.errors)-1])
 		}
 		var after []string
 		end := run.finish.Sub(ev.t0)
-		for _, k := range ev.kills {
-			if k.At >= end-time.Second && k.At <= end+time.Minute && len(after) < 4 {
-				after = append(after, fmt.Sprintf("%s killed at +%.1fs", k.Name, k.At.Seconds()))
+		for _, f := range ev.faults {
+			if f.At >= end-time.Second && f.At <= end+time.Minute && len(after) < 4 && f.Err == "" {
+				after = append(after, fmt.Sprintf("%s at +%.1fs", f.describe(), f.At.Seconds()))
 			}
 		}
 		if len(after) > 0 {
@@ -225,9 +314,9 @@ func (ev *evidence) runs(id string) string {
 // lostDetail gives the evidence for a lost episode: its runs, whether its
 // request is still in the episodes queue, JetStream's max-deliveries
 // advisory, and the log lines that name it.
-func (ev *evidence) lostDetail(id string) string {
+func (ev *evidence) lostDetail(id, note string) string {
 	var b strings.Builder
-	b.WriteString(id + ":")
+	b.WriteString(id + note + ":")
 	if t, ok := ev.leftover[id]; ok {
 		fmt.Fprintf(&b, " request (stored %s) still in the episodes queue, never acknowledged;", ev.since(t))
 	}
@@ -249,7 +338,8 @@ func duplicateDetail(id string, recs []*record) string {
 	for _, rec := range recs {
 		switch {
 		case rec.traj != nil:
-			fmt.Fprintf(&b, " [%s seq %d: trajectory, %d turns, reward %v, resumed %d]", rec.stream, rec.seq, rec.traj.Turns, rec.traj.Reward, rec.traj.Resumed)
+			fmt.Fprintf(&b, " [%s seq %d: trajectory, %d turns, reward %v, resumed %d, env seed %s]", rec.stream, rec.seq,
+				rec.traj.Turns, rec.traj.Reward, rec.traj.Resumed, seedString(rec.traj.EnvSeed))
 		case rec.fail != nil:
 			fmt.Fprintf(&b, " [%s seq %d: failure %s: %s]", rec.stream, rec.seq, rec.fail.Kind, rec.fail.Reason)
 		}
@@ -347,6 +437,14 @@ func (r *Report) scanLogs(logDir string) {
 	}
 }
 
+// seedString renders an optional seed.
+func seedString(seed *uint64) string {
+	if seed == nil {
+		return "none"
+	}
+	return fmt.Sprint(*seed)
+}
+
 // Replay checks a chat-style game trajectory against a fresh play of its
 // game: the prompt span is the game's first prompt from the trajectory's
 // env_seed; each action, decoded with the stand-in model's tokenizer and
@@ -354,9 +452,10 @@ func (r *Report) scanLogs(logDir string) {
 // follows it; the episode ends where the game does (unless truncated); the
 // action log-probabilities are non-positive; reward, success and turn count
 // agree with the replay. It assumes the stand-in model's tokenizer and an
-// episode played from the env's own instructions (no prompt of its own).
-func Replay(tr *messages.Trajectory) error {
-	if messages.SingleTurnStyle(tr.ObsStyle) {
+// episode played from the env's own instructions (no prompt of its own), and
+// a trajectory that passed the invariant checks.
+func Replay(tr *Trajectory) error {
+	if singleTurnStyle(tr.ObsStyle) {
 		return fmt.Errorf("style %q: only chat trajectories are replayed", tr.ObsStyle)
 	}
 	if tr.Prompt != "" {
@@ -377,7 +476,7 @@ func Replay(tr *messages.Trajectory) error {
 		return fmt.Errorf("no action")
 	}
 	var tok toyllm.Tokenizer
-	obs := []int32(tr.ObservationTokens)
+	obs := tr.ObservationTokens
 	first, info := env.Reset(envs.NewRNG(*tr.EnvSeed))
 	if spec.ChatSuffix == "" && info["suffix"] != "" {
 		if !strings.HasSuffix(first, "\n") {
@@ -425,6 +524,9 @@ func Replay(tr *messages.Trajectory) error {
 		}
 		if res.Done() != last && !tr.Truncated {
 			return fmt.Errorf("turn %d: replay done=%v disagrees with the trajectory", i, res.Done())
+		}
+		if res.Done() && !last {
+			return fmt.Errorf("turn %d: the game ended, but the trajectory goes on for %d more turns", i, len(tr.ActionRanges)-1-i)
 		}
 	}
 	switch {

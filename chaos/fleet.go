@@ -3,8 +3,10 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -33,24 +35,23 @@ func (h *harness) newProc(kind Kind, name, bin string, args ...string) *proc {
 	return p
 }
 
-// startFleet starts the NATS server and the model servers (each on a free
-// port it then keeps for its restarts), then the workers, and waits for each
-// to be ready.
-func (h *harness) startFleet(ctx context.Context) error {
-	h.nats = h.newProc(KindNATS, "nats", "rollout", "server", "--listen", "127.0.0.1:0",
-		"--data-dir", filepath.Join(h.workdir, "nats"))
-	h.nats.ready = func(ctx context.Context, p *proc, _ int64) (bool, error) {
-		u, ok := p.addressLine(natsListening)
-		if !ok {
-			return false, errNotYet
-		}
-		return natsReady(ctx, u)
+// natsReadyCheck is the readiness check of a NATS server: it printed its
+// address and answers a JetStream request there.
+func natsReadyCheck(ctx context.Context, p *proc, _ int64) (bool, error) {
+	u, ok := p.addressLine(natsListening)
+	if !ok {
+		return false, errNotYet
 	}
-	var err error
-	if h.natsURL, err = h.startPinned(ctx, h.nats, natsListening); err != nil {
+	return natsReady(ctx, u)
+}
+
+// startFleet starts the NATS server or cluster and the model servers (each
+// on a port it then keeps for its restarts), then the workers and
+// collectors, and waits for each to be ready.
+func (h *harness) startFleet(ctx context.Context) error {
+	if err := h.startNATS(ctx); err != nil {
 		return err
 	}
-
 	var modelURLs []string
 	for i := range h.cfg.ModelServers {
 		args := []string{"toyllm", "--listen", "127.0.0.1:0"}
@@ -73,6 +74,10 @@ func (h *harness) startFleet(ctx context.Context) error {
 		modelURLs = append(modelURLs, u)
 	}
 
+	h.fleetFlags = []string{"--nats", h.natsURL}
+	if h.cfg.Cluster {
+		h.fleetFlags = append(h.fleetFlags, "--replicas", "3")
+	}
 	h.envFlags = h.envWorkerFlags(ctx)
 	h.settle = h.cfg.Settle
 	if h.settle <= 0 {
@@ -91,19 +96,22 @@ func (h *harness) startFleet(ctx context.Context) error {
 	}
 	for i := range h.cfg.LLMWorkers {
 		p := h.newProc(KindLLMWorker, fmt.Sprintf("llmworker-%d", i+1), "llmworker",
-			"--nats", h.natsURL, "--vllm", strings.Join(modelURLs, ","))
+			append(slices.Clone(h.fleetFlags), "--vllm", strings.Join(modelURLs, ","))...)
 		p.ready = logLine(llmReady)
 		h.llms = append(h.llms, p)
 	}
 	for i := range h.cfg.EnvWorkers {
-		args := append([]string{"--nats", h.natsURL, "--concurrency", strconv.Itoa(h.cfg.Concurrency)}, h.envFlags...)
+		args := slices.Concat(h.fleetFlags, []string{"--concurrency", strconv.Itoa(h.cfg.Concurrency)}, h.envFlags)
 		p := h.newProc(KindEnvWorker, fmt.Sprintf("envworker-%d", i+1), "envworker", args...)
 		p.ready = logLine(envReady)
 		h.envws = append(h.envws, p)
 	}
-	h.coll = h.newProc(KindCollector, "collector", "collector", "--nats", h.natsURL)
-	h.coll.ready = logLine(collectorReady)
-	workers := slices.Concat(h.llms, h.envws, []*proc{h.coll})
+	for i := range h.cfg.Collectors {
+		p := h.newProc(KindCollector, fmt.Sprintf("collector-%d", i+1), "collector", h.fleetFlags...)
+		p.ready = logLine(collectorReady)
+		h.colls = append(h.colls, p)
+	}
+	workers := slices.Concat(h.llms, h.envws, h.colls)
 	for _, p := range workers {
 		if err := p.start(); err != nil {
 			return err
@@ -115,6 +123,92 @@ func (h *harness) startFleet(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startNATS starts one NATS server, or three joined in a cluster, each on
+// its own data directory, which is a tmpfs when disk faults are to run.
+func (h *harness) startNATS(ctx context.Context) error {
+	n := 1
+	if h.cfg.Cluster {
+		n = 3
+	}
+	for i := range n {
+		dir := filepath.Join(h.workdir, "nats")
+		if h.cfg.Cluster {
+			dir = fmt.Sprintf("%s-%d", dir, i+1)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("chaos: data dir: %w", err)
+		}
+		h.natsDirs = append(h.natsDirs, dir)
+	}
+	h.prepareDisks()
+	if !h.cfg.Cluster {
+		p := h.newProc(KindNATS, "nats", "rollout", "server", "--listen", "127.0.0.1:0", "--data-dir", h.natsDirs[0])
+		p.ready = natsReadyCheck
+		u, err := h.startPinned(ctx, p, natsListening)
+		if err != nil {
+			return err
+		}
+		h.natsNodes, h.natsURLs, h.natsURL = []*proc{p}, []string{u}, u
+		return nil
+	}
+	help, _ := exec.CommandContext(ctx, filepath.Join(h.cfg.Bin, "rollout"), "server", "--help").CombinedOutput()
+	for _, flag := range []string{"--server-name", "--cluster", "--routes"} {
+		if !strings.Contains(string(help), flag) {
+			return fmt.Errorf("chaos: cluster mode: rollout server has no %s flag", flag)
+		}
+	}
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return fmt.Errorf("chaos: cluster ports: %w", err)
+	}
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
+	}
+	for i := range n {
+		name := fmt.Sprintf("nats-%d", i+1)
+		p := h.newProc(KindNATS, name, "rollout", "server", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			"--data-dir", h.natsDirs[i], "--server-name", name, "--cluster", fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
+			"--routes", strings.Join(routes, ","))
+		p.ready = natsReadyCheck
+		h.natsNodes = append(h.natsNodes, p)
+		h.natsURLs = append(h.natsURLs, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	}
+	h.natsURL = strings.Join(h.natsURLs, ",")
+	// The nodes elect a JetStream leader only together: start all, then wait.
+	for _, p := range h.natsNodes {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	for _, p := range h.natsNodes {
+		if err := p.waitReady(ctx, h.cfg.ReadyTimeout); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+	}
+	return nil
+}
+
+// freePorts returns n distinct free TCP ports on the loopback interface.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // startPinned starts a server that was given port 0, waits until it is ready
@@ -198,10 +292,14 @@ func httpReady(ctx context.Context, u string) (bool, error) {
 }
 
 // stopFleet stops every process, the workers first, each group in
-// parallel, and closes the log files. A process that exits with an error on
-// SIGTERM, or does not exit within a grace period, is noted.
+// parallel, and closes the log files. A paused process is continued first.
+// A process that exits with an error on SIGTERM, or does not exit within a
+// grace period, is noted.
 func (h *harness) stopFleet() {
-	for _, group := range [][]*proc{slices.Concat(h.envws, h.llms, []*proc{h.coll}), slices.Concat(h.models, []*proc{h.nats})} {
+	for _, p := range h.procs {
+		p.resume()
+	}
+	for _, group := range [][]*proc{slices.Concat(h.envws, h.llms, h.colls), slices.Concat(h.models, h.natsNodes)} {
 		notes := make([]string, len(group))
 		var wg sync.WaitGroup
 		for i, p := range group {
@@ -232,30 +330,69 @@ func (h *harness) stopFleet() {
 	}
 }
 
-// event is one planned kill.
+// event is one planned fault.
 type event struct {
-	at     time.Duration // after the start of the chaos window
-	kind   Kind
-	victim int           // index among the kind's processes
-	down   time.Duration // pause before the restart
+	at      time.Duration // after the start of the chaos window
+	kind    Kind
+	victim  int           // index among the kind's targets
+	down    time.Duration // pause before a restart; a pause's or a full disk's length
+	variant int           // forgery variant; resubmission: 0 in flight, 1 finished
+	pick    uint64        // draws the episode a message fault targets
 }
 
-// plan draws the kill schedule from the seed: KillsPerKind moments per
-// kind, uniform over the window (after its first 2%), a victim and a down
-// time for each.
-func (h *harness) plan() []event {
-	var evs []event
-	for _, k := range h.cfg.Kinds {
-		for range h.cfg.KillsPerKind {
-			ev := event{kind: k}
-			ev.at = time.Duration((0.02 + 0.98*h.rng.Float64()) * float64(h.cfg.Duration))
-			ev.victim = h.rng.IntN(len(h.ofKind(k)))
-			ev.down = time.Duration(h.rng.Float64() * float64(h.cfg.MaxDown))
-			evs = append(evs, ev)
+// plan draws the fault schedule from the seed: for each kind its count of
+// moments, uniform over the window, with a victim and a length for each.
+// Kills, pauses and disk fills fall in the whole window (after its first
+// 2%), message faults between a tenth and nine tenths of it, when episodes
+// are in flight. The fleet owner carries out the first list, the injector
+// the second.
+func (h *harness) plan() (fleet, msgs []event) {
+	for _, k := range Kinds {
+		for i := range h.cfg.count(k) {
+			ev := event{kind: k, variant: i}
+			lo, hi := 0.02, 1.0
+			if k == KindForge || k == KindResubmit {
+				lo, hi = 0.1, 0.9
+				ev.variant = i % map[Kind]int{KindForge: len(forgeries), KindResubmit: 2}[k]
+			}
+			ev.at = time.Duration((lo + (hi-lo)*h.rng.Float64()) * float64(h.cfg.Duration))
+			if n := h.targets(k); n > 0 {
+				ev.victim = h.rng.IntN(n)
+			}
+			switch k {
+			case KindPause:
+				ev.down = h.cfg.PauseMin + time.Duration(h.rng.Float64()*float64(h.cfg.PauseMax-h.cfg.PauseMin))
+			case KindDisk:
+				ev.down = h.cfg.DiskHold/2 + time.Duration(h.rng.Float64()*float64(h.cfg.DiskHold/2))
+			case KindForge, KindResubmit:
+				ev.pick = h.rng.Uint64()
+			default:
+				ev.down = time.Duration(h.rng.Float64() * float64(h.cfg.MaxDown))
+			}
+			if k == KindForge || k == KindResubmit {
+				msgs = append(msgs, ev)
+			} else {
+				fleet = append(fleet, ev)
+			}
 		}
 	}
-	slices.SortStableFunc(evs, func(a, b event) int { return int(a.at - b.at) })
-	return evs
+	byTime := func(a, b event) int { return int(a.at - b.at) }
+	slices.SortStableFunc(fleet, byTime)
+	slices.SortStableFunc(msgs, byTime)
+	return fleet, msgs
+}
+
+// targets is the number of possible victims of a kind of fault.
+func (h *harness) targets(k Kind) int {
+	switch k {
+	case KindPause:
+		return len(h.pausable())
+	case KindDisk:
+		return len(h.natsNodes)
+	case KindForge, KindResubmit:
+		return 0
+	}
+	return len(h.ofKind(k))
 }
 
 // ofKind returns the processes of a kind that the harness may kill: of the
@@ -267,28 +404,54 @@ func (h *harness) ofKind(k Kind) []*proc {
 	case KindLLMWorker:
 		return h.llms
 	case KindCollector:
-		return []*proc{h.coll}
+		return h.colls
 	case KindModel:
 		return h.models[:1]
 	default:
-		return []*proc{h.nats}
+		return h.natsNodes
 	}
 }
 
-// own is the fleet owner: it carries out the kill schedule and restarts any
-// process that exits on its own, until stop is closed or ctx ends. It closes
-// chaosDone after the last kill.
+// pausable returns the processes a pause may stop.
+func (h *harness) pausable() []*proc { return slices.Concat(h.envws, h.llms, h.colls) }
+
+// action is a step the fleet owner takes at a given time: a planned fault,
+// or what follows one (a restart and the checks for its readiness, a
+// SIGCONT, freeing a disk).
+type action struct {
+	at time.Time
+	do func(ctx context.Context)
+}
+
+// schedule queues an action; only the fleet owner calls it.
+func (h *harness) schedule(at time.Time, do func(ctx context.Context)) {
+	a := action{at: at, do: do}
+	i, _ := slices.BinarySearchFunc(h.pending, at, func(x action, t time.Time) int {
+		if x.at.After(t) {
+			return 1
+		}
+		return -1 // after every action due at the same time
+	})
+	h.pending = slices.Insert(h.pending, i, a)
+}
+
+// own is the fleet owner: it carries out the fault schedule and what
+// follows from it, and restarts any process that exits on its own, until
+// stop is closed or ctx ends. No step blocks for long, so that a restart
+// that takes a while (a worker waiting for a full disk to be freed, say)
+// holds up no other fault. It closes chaosDone when nothing is left to do.
 func (h *harness) own(ctx context.Context, events []event, chaosDone chan<- struct{}, stop <-chan struct{}) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	next := 0
+	for _, ev := range events {
+		h.schedule(h.t0.Add(ev.at), func(ctx context.Context) { h.execute(ctx, ev) })
+	}
 	for {
-		if next < len(events) {
-			timer.Reset(time.Until(h.t0.Add(events[next].at)))
+		if len(h.pending) > 0 {
+			timer.Reset(time.Until(h.pending[0].at))
 		} else if chaosDone != nil {
-			h.rep.ChaosSpan = time.Since(h.t0)
 			close(chaosDone)
 			chaosDone = nil
 		}
@@ -298,77 +461,160 @@ func (h *harness) own(ctx context.Context, events []event, chaosDone chan<- stru
 		case <-stop:
 			return
 		case <-tick.C:
-			h.supervise(ctx)
+			h.supervise()
 		case <-timer.C:
-			h.execute(ctx, events[next])
-			next++
+			if len(h.pending) > 0 && !time.Now().Before(h.pending[0].at) {
+				a := h.pending[0]
+				h.pending = h.pending[1:]
+				a.do(ctx)
+			}
 		}
 	}
 }
 
-// execute kills one victim with SIGKILL, waits the down time and starts it
-// again.
+// execute carries out one planned fault. A victim that is being restarted
+// (or exited on its own just now), paused (for a pause) or still full or
+// recovering (for a disk fill) is left alone until it is ready: the fault is
+// put off by a second, so every planned fault happens on its own.
 func (h *harness) execute(ctx context.Context, ev event) {
-	p := h.ofKind(ev.kind)[ev.victim]
-	if p.exited() {
-		h.supervise(ctx) // it died on its own just now: restart it first
+	var p *proc
+	switch ev.kind {
+	case KindPause:
+		p = h.pausable()[ev.victim]
+	case KindDisk:
+		p = h.natsNodes[ev.victim]
+	default:
+		p = h.ofKind(ev.kind)[ev.victim]
 	}
-	k := Kill{At: time.Since(h.t0), Kind: ev.kind, Name: p.name, PID: p.pid(), Down: ev.down}
-	p.kill()
-	t := time.NewTimer(ev.down)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
+	busy := p.restarting || p.cmd != nil && p.exited() ||
+		ev.kind == KindPause && p.paused || ev.kind == KindDisk && h.disks[ev.victim].busy
+	if busy {
+		h.schedule(time.Now().Add(time.Second), func(ctx context.Context) { h.execute(ctx, ev) })
 		return
 	}
-	t0 := time.Now()
-	if err := h.restart(ctx, p); err != nil {
-		k.Err = err.Error()
+	switch ev.kind {
+	case KindPause:
+		h.pause(p, ev)
+	case KindDisk:
+		h.fill(ev)
+	default:
+		h.kill(p, ev)
 	}
-	k.Ready = time.Since(t0)
-	h.rep.Kills = append(h.rep.Kills, k)
-	msg := fmt.Sprintf("killed %s (pid %d), down %s, ready %s later", p.name, k.PID, k.Down.Round(time.Millisecond), k.Ready.Round(time.Millisecond))
-	if k.Err != "" {
-		msg += ": " + k.Err
-	}
-	h.progress("%s", msg)
 }
 
-// restart starts p again and waits until it is ready, trying again while
-// it fails to start or exits before it is ready, up to ReadyTimeout.
-func (h *harness) restart(ctx context.Context, p *proc) error {
-	deadline := time.Now().Add(h.cfg.ReadyTimeout)
-	for {
-		err := p.start()
-		if err == nil {
-			err = p.waitReady(ctx, time.Until(deadline))
+// kill kills one victim with SIGKILL and starts it again after the down
+// time.
+func (h *harness) kill(p *proc, ev event) {
+	if i := slices.Index(h.natsNodes, p); i >= 0 && h.disks != nil && h.disks[i].full() {
+		h.free(i, false) // a server does not start on a full disk: free it first
+	}
+	f := Fault{At: time.Since(h.t0), Kind: ev.kind, Name: p.name, PID: p.pid(), Down: ev.down}
+	if p.paused {
+		f.Detail = "it was paused"
+	}
+	p.kill()
+	h.relaunch(p, ev.down, func(ready time.Duration, err error) {
+		f.Ready = ready
+		msg := fmt.Sprintf("killed %s (pid %d), down %s, ready %s later", p.name, f.PID, f.Down.Round(time.Millisecond), f.Ready.Round(time.Millisecond))
+		if err != nil {
+			f.Err = err.Error()
+			msg += ": " + f.Err
 		}
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) || (p.cmd != nil && !p.exited()) {
-			return err
+		h.addFault(f)
+		h.progress("%s", msg)
+	})
+}
+
+// pause stops a worker or collector with SIGSTOP and schedules the SIGCONT.
+// A kill in between ends the pause with the process.
+func (h *harness) pause(p *proc, ev event) {
+	f := Fault{At: time.Since(h.t0), Kind: KindPause, Name: p.name, PID: p.pid(), Down: ev.down}
+	until := time.Now().Add(ev.down)
+	p.stop()
+	start := p.starts
+	h.addFault(f)
+	h.progress("paused %s (pid %d) for %s", p.name, f.PID, ev.down.Round(time.Millisecond))
+	h.schedule(until, func(context.Context) {
+		if p.starts != start || !p.paused {
+			return // killed and restarted meanwhile
 		}
-		t := time.NewTimer(250 * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		p.resume()
+		h.progress("continued %s after %s", p.name, time.Since(until.Add(-ev.down)).Round(time.Millisecond))
+	})
+}
+
+// relaunch starts p again after down and follows its readiness with
+// actions, trying again while it fails to start or exits before it is
+// ready, up to ReadyTimeout; done gets the time from the first start to
+// readiness, or the error.
+func (h *harness) relaunch(p *proc, down time.Duration, done func(ready time.Duration, err error)) {
+	p.restarting = true
+	var begin, deadline time.Time
+	finish := func(err error) {
+		p.restarting = false
+		if err != nil && p.exited() {
+			p.killed = false // down for good: supervise tries again, as for an exit
+		}
+		done(time.Since(begin), err)
+	}
+	var try, poll func(ctx context.Context)
+	try = func(ctx context.Context) {
+		if begin.IsZero() {
+			begin, deadline = time.Now(), time.Now().Add(h.cfg.ReadyTimeout)
+		}
+		if err := p.start(); err != nil {
+			if time.Now().After(deadline) {
+				finish(err)
+				return
+			}
+			h.schedule(time.Now().Add(250*time.Millisecond), try)
+			return
+		}
+		poll(ctx)
+	}
+	poll = func(ctx context.Context) {
+		ok, err := true, error(nil)
+		if p.ready != nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			ok, err = p.ready(pctx, p, p.offset)
+			cancel()
+		}
+		switch {
+		case ok:
+			finish(nil)
+		case p.exited() && time.Now().After(deadline):
+			finish(fmt.Errorf("%s exited before it was ready (%v); log tail:\n%s", p.name, p.exitErr, p.tail(2000)))
+		case p.exited():
+			h.schedule(time.Now().Add(250*time.Millisecond), try)
+		case time.Now().After(deadline):
+			if err == nil {
+				err = errNotYet
+			}
+			finish(fmt.Errorf("%s not ready after %s: %w", p.name, h.cfg.ReadyTimeout, err))
+		default:
+			h.schedule(time.Now().Add(50*time.Millisecond), poll)
 		}
 	}
+	h.schedule(time.Now().Add(down), try)
 }
 
 // supervise restarts every process that exited without being killed, and
 // records the exit: a fleet process should never stop on its own.
-func (h *harness) supervise(ctx context.Context) {
+func (h *harness) supervise() {
 	for _, p := range h.procs {
-		if p.cmd == nil || !p.exited() || p.killed {
+		if p.cmd == nil || p.restarting || !p.exited() || p.killed {
 			continue
 		}
 		x := Exit{At: time.Since(h.t0), Kind: p.kind, Name: p.name, Err: fmt.Sprint(p.exitErr), LogTail: p.tail(1500)}
 		h.progress("%s exited on its own (%v); restarting it", p.name, p.exitErr)
-		if err := h.restart(ctx, p); err != nil {
-			x.RestartErr = err.Error()
+		if i := slices.Index(h.natsNodes, p); i >= 0 && h.disks != nil && h.disks[i].full() {
+			h.free(i, false) // a server does not start on a full disk
 		}
-		h.rep.Exits = append(h.rep.Exits, x)
+		h.relaunch(p, 0, func(_ time.Duration, err error) {
+			if err != nil {
+				x.RestartErr = err.Error()
+			}
+			h.rep.Exits = append(h.rep.Exits, x)
+		})
 	}
 }

@@ -15,12 +15,14 @@ import (
 	"github.com/rollfleet/rollfleet/messages"
 )
 
-// record is one message of the trajectories or failures stream.
+// record is one message of the trajectories or failures stream, as the
+// harness's own decoder reads it.
 type record struct {
 	stream string
 	seq    uint64
-	traj   *messages.Trajectory
-	fail   *messages.Failure
+	stored time.Time
+	traj   *Trajectory
+	fail   *Failure
 	bad    error // the message did not decode
 }
 
@@ -35,8 +37,9 @@ func (r *record) episodeID() string {
 	return ""
 }
 
-// outcomes reads the trajectories and failures streams incrementally and
-// indexes the records by episode id. Only the goroutine running Run uses it.
+// outcomes reads the trajectories and failures streams incrementally, with
+// ordered consumers of the harness's own, and indexes the records by episode
+// id. Only the goroutine running Run uses it.
 type outcomes struct {
 	h       *harness
 	ours    map[string]bool
@@ -70,12 +73,12 @@ func (o *outcomes) decided() int {
 func (o *outcomes) poll(ctx context.Context) error {
 	for _, stream := range []string{o.h.subj.StreamTrajectories(), o.h.subj.StreamFailures()} {
 		from := max(o.next[stream], 1)
-		next, err := readStream(ctx, o.h.js, stream, from, func(seq uint64, _ time.Time, data []byte) {
-			r := &record{stream: stream, seq: seq}
+		next, err := readStream(ctx, o.h.js, stream, from, func(seq uint64, ts time.Time, data []byte, _ nats.Header) {
+			r := &record{stream: stream, seq: seq, stored: ts}
 			if stream == o.h.subj.StreamTrajectories() {
-				r.traj, r.bad = messages.Decode[messages.Trajectory](data)
+				r.traj, r.bad = DecodeTrajectory(data)
 			} else {
-				r.fail, r.bad = messages.Decode[messages.Failure](data)
+				r.fail, r.bad = DecodeFailure(data)
 			}
 			if r.bad != nil {
 				r.traj, r.fail = nil, nil
@@ -92,10 +95,11 @@ func (o *outcomes) poll(ctx context.Context) error {
 	return nil
 }
 
-// readStream hands fn every message of a stream (its sequence, store time
-// and data) from sequence from up to the stream's last sequence when it is
-// called, in order, and returns the sequence to continue from.
-func readStream(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(seq uint64, ts time.Time, data []byte)) (uint64, error) {
+// readStream hands fn every message of a stream (its sequence, store time,
+// data and headers) from sequence from up to the stream's last sequence when
+// it is called, in order, and returns the sequence to continue from. It
+// reads with an ordered consumer of its own.
+func readStream(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(seq uint64, ts time.Time, data []byte, hdr nats.Header)) (uint64, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return from, fmt.Errorf("stream %s: %w", stream, err)
@@ -123,7 +127,7 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, from
 				return from, fmt.Errorf("stream %s: %w", stream, err)
 			}
 			if meta.Sequence.Stream >= from {
-				fn(meta.Sequence.Stream, meta.Timestamp, m.Data())
+				fn(meta.Sequence.Stream, meta.Timestamp, m.Data(), m.Headers())
 				from = meta.Sequence.Stream + 1
 			}
 			n++
@@ -136,52 +140,6 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, from
 		}
 	}
 	return from, nil
-}
-
-// stepRun is what the steps stream shows of one run (attempt) of an episode.
-type stepRun struct {
-	attempt       int32
-	turns         int32 // highest turn seen + 1
-	first         int32 // lowest turn seen
-	done          bool
-	errors        []string
-	messages      int
-	start, finish time.Time // store times of the run's first and last step
-}
-
-// readSteps reads the whole steps stream and groups it by episode and run.
-// Only the steps' bookkeeping fields are kept.
-func readSteps(ctx context.Context, h *harness) (map[string]map[int32]*stepRun, int, error) {
-	runs := map[string]map[int32]*stepRun{}
-	bad := 0
-	_, err := readStream(ctx, h.js, h.subj.StreamSteps(), 1, func(_ uint64, ts time.Time, data []byte) {
-		ev, err := messages.Decode[messages.StepEvent](data)
-		if err != nil {
-			bad++
-			return
-		}
-		byAttempt := runs[ev.EpisodeID]
-		if byAttempt == nil {
-			byAttempt = map[int32]*stepRun{}
-			runs[ev.EpisodeID] = byAttempt
-		}
-		r := byAttempt[ev.Attempt]
-		if r == nil {
-			r = &stepRun{attempt: ev.Attempt, first: ev.Turn, start: ts}
-			byAttempt[ev.Attempt] = r
-		}
-		r.finish = ts
-		r.messages++
-		r.turns = max(r.turns, ev.Turn+1)
-		r.first = min(r.first, ev.Turn)
-		if ev.Done {
-			r.done = true
-		}
-		if ev.Error != "" {
-			r.errors = append(r.errors, ev.Error)
-		}
-	})
-	return runs, bad, err
 }
 
 // leftover lists the episode requests still in the episodes work queue

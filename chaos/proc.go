@@ -35,6 +35,12 @@ type proc struct {
 	exitErr error         // set before done is closed
 	starts  int
 	killed  bool // the harness killed the current incarnation
+	// paused is set while the harness holds the current incarnation
+	// stopped with SIGSTOP.
+	paused bool
+	// restarting is set from a kill (or an exit) until the next
+	// incarnation is ready or the harness gave up on it.
+	restarting bool
 }
 
 // start runs a new incarnation of p, its output appended to p's log file.
@@ -63,7 +69,7 @@ func (p *proc) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	p.cmd, p.killed = cmd, false
+	p.cmd, p.killed, p.paused = cmd, false, false
 	done := make(chan struct{})
 	p.done = done
 	// The waiter is owned by the incarnation: it ends when the process does,
@@ -101,6 +107,28 @@ func (p *proc) kill() {
 	p.killed = true
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+	p.paused = false
+}
+
+// stop holds the process with SIGSTOP until resume.
+func (p *proc) stop() {
+	if p.cmd == nil || p.exited() || sigStop == nil {
+		return
+	}
+	if p.cmd.Process.Signal(sigStop) == nil {
+		p.paused = true
+	}
+}
+
+// resume continues a process held by stop.
+func (p *proc) resume() {
+	if !p.paused {
+		return
+	}
+	p.paused = false
+	if p.cmd != nil && !p.exited() {
+		_ = p.cmd.Process.Signal(sigCont)
+	}
 }
 
 // terminate asks the process to stop with SIGTERM and kills it when it has

@@ -1,9 +1,13 @@
 // Command chaos runs rollfleet's chaos suite: a fleet of separate processes
-// works through GuessTheNumber episodes while processes of every kind are
-// killed with SIGKILL and restarted; then every outcome is checked. It prints
-// a table of kills, resumes, retries, failures, lost and duplicated episodes
-// and exits non-zero when an episode was lost or duplicated or a trajectory
-// broke an invariant. See package chaos and docs/reliability.md.
+// (two collectors, a NATS server or a three-node cluster) works through game
+// episodes while processes of every kind are killed with SIGKILL and
+// restarted, workers and collectors are paused for longer than the ack wait,
+// a NATS data disk fills and frees, step messages are forged and episodes
+// submitted twice; then every outcome is read back with the harness's own
+// consumer and decoder and checked. It prints a table of faults, resumes,
+// retries, failures, lost, duplicated and invalid episodes and exits
+// non-zero when the fleet broke the promise. See package chaos and
+// docs/reliability.md.
 package main
 
 import (
@@ -25,42 +29,61 @@ type cli struct {
 	Workdir        string        `help:"Directory for the NATS data, the process logs and report.txt (default: a temporary directory)."`
 	Keep           bool          `help:"Keep the workdir (it is always kept when the run finds a problem)."`
 	Episodes       int           `default:"2000" help:"Episodes to submit."`
-	KillsPerKind   int           `default:"20" help:"SIGKILLs per kind of process (env worker, LLM worker, collector, model server, NATS server)."`
-	Kinds          []string      `sep:"," help:"Kill only these kinds (envworker,llmworker,collector,model,nats; default all)."`
-	Seed           uint64        `default:"1" help:"Seed of the kill schedule, the victims, the down times and the episodes."`
-	Duration       time.Duration `default:"5m" help:"Chaos window: submissions are spread over it and the kills fall at random moments inside it."`
+	Env            []string      `sep:"," default:"game:GuessTheNumber-v0,game:Sudoku-v0-easy,game:Game2048-v0-easy" help:"Env ids the episodes play, in turn (games played from their own instructions)."`
+	Seed           uint64        `default:"1" help:"Seed of the fault schedule, the victims, the down times and the episodes."`
+	Duration       time.Duration `default:"5m" help:"Chaos window: submissions are spread over it and the faults fall at random moments inside it."`
 	Timeout        time.Duration `default:"20m" help:"Longest wait for outcomes and for the fleet to settle after the window."`
-	Env            string        `default:"game:GuessTheNumber-v0" help:"Env id of the episodes (a game played from its own instructions)."`
+	Kinds          []string      `sep:"," help:"Inject only these kinds of fault: envworker,llmworker,collector,model,nats (SIGKILLs), pause, disk, forge, resubmit (default all)."`
+	KillsPerKind   int           `default:"20" help:"SIGKILLs per kind of process (env worker, LLM worker, collector, model server, NATS server or cluster node)."`
+	Pauses         int           `default:"10" help:"SIGSTOP/SIGCONT pauses of env workers, LLM workers and collectors."`
+	PauseMin       time.Duration `help:"Shortest pause (default 1.5 times --ack-wait)."`
+	PauseMax       time.Duration `help:"Longest pause (default 2.5 times --ack-wait)."`
+	DiskFills      int           `default:"4" help:"Times a NATS data disk (a tmpfs; needs root on Linux) fills and frees."`
+	DiskSizeMiB    int64         `name:"disk-size-mib" default:"3072" help:"Size of each NATS data tmpfs in MiB (JetStream must fit the streams' size limits into 75% of it)."`
+	DiskHold       time.Duration `default:"15s" help:"Longest time a disk stays full (each hold is drawn from half of it to all of it)."`
+	RecoverWait    time.Duration `default:"30s" help:"Time a NATS server gets after its disk is freed to serve JetStream again by itself before the harness restarts it."`
+	Forgeries      int           `default:"20" help:"Forged step events, each on its own live episode, cycling through the variants."`
+	Resubmits      int           `default:"20" help:"Episodes submitted a second time without a message id, alternately in flight and finished."`
+	Cluster        bool          `help:"Run a 3-node NATS cluster (streams of 3 replicas) instead of one server; nats kills hit its nodes."`
 	EnvWorkers     int           `default:"3" help:"Env worker processes."`
 	LLMWorkers     int           `default:"2" help:"LLM worker processes."`
 	ModelServers   int           `default:"2" help:"Stand-in model server processes (only the first is ever killed)."`
+	Collectors     int           `default:"2" help:"Collector processes on one durable: one active, the others hot standbys."`
 	Concurrency    int           `default:"128" help:"Episodes in flight per env worker."`
-	ModelLatency   time.Duration `default:"40ms" help:"Stand-in model's time per generated token, so episodes are in flight when kills land (negative: none)."`
+	ModelLatency   time.Duration `default:"40ms" help:"Stand-in model's time per generated token, so episodes are in flight when faults land (negative: none)."`
 	MaxDown        time.Duration `default:"2s" help:"Longest pause between a kill and the restart."`
-	RequestTimeout time.Duration `help:"Pass --request-timeout to the env workers, if they take it."`
-	AckWait        time.Duration `help:"Pass --ack-wait to the env workers, if they take it."`
-	Settle         time.Duration `help:"Least wait after the last kill before judging (default: the env workers' request timeout or ack wait, the longer, plus 30s)."`
+	RequestTimeout time.Duration `default:"30s" help:"Pass --request-timeout to the env workers, if they take it."`
+	AckWait        time.Duration `default:"10s" help:"Pass --ack-wait to the env workers, if they take it; pauses last longer."`
+	Settle         time.Duration `help:"Least wait after the last fault before judging (default: the env workers' request timeout or ack wait, the longer, plus 30s)."`
 	Quiet          bool          `help:"Print only the final table."`
 }
 
 func main() {
 	var c cli
-	kong.Parse(&c, kong.Description("rollfleet chaos suite: kill and restart fleet processes under load, then check that nothing was lost."))
+	kong.Parse(&c, kong.Description("rollfleet chaos suite: inject faults into a fleet of processes under load, then check that nothing was lost, doubled or forged."))
 	os.Exit(c.run())
+}
+
+// none maps a count of 0 on the command line to the config's "none".
+func none(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 func (c *cli) run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := chaos.Config{
-		Bin: c.Bin, Workdir: c.Workdir, Keep: c.Keep, Episodes: c.Episodes, KillsPerKind: c.KillsPerKind,
-		Seed: c.Seed, Duration: c.Duration, Timeout: c.Timeout, Env: c.Env,
-		EnvWorkers: c.EnvWorkers, LLMWorkers: c.LLMWorkers, ModelServers: c.ModelServers,
+		Bin: c.Bin, Workdir: c.Workdir, Keep: c.Keep, Episodes: c.Episodes, Envs: c.Env,
+		KillsPerKind: none(c.KillsPerKind), Pauses: none(c.Pauses), DiskFills: none(c.DiskFills),
+		Forgeries: none(c.Forgeries), Resubmits: none(c.Resubmits),
+		PauseMin: c.PauseMin, PauseMax: c.PauseMax, DiskSize: c.DiskSizeMiB << 20, DiskHold: c.DiskHold, RecoverWait: c.RecoverWait,
+		Seed: c.Seed, Duration: c.Duration, Timeout: c.Timeout, Cluster: c.Cluster,
+		EnvWorkers: c.EnvWorkers, LLMWorkers: c.LLMWorkers, ModelServers: c.ModelServers, Collectors: c.Collectors,
 		Concurrency: c.Concurrency, ModelLatency: c.ModelLatency, MaxDown: c.MaxDown,
 		RequestTimeout: c.RequestTimeout, AckWait: c.AckWait, Settle: c.Settle, Progress: os.Stderr,
-	}
-	if c.KillsPerKind == 0 {
-		cfg.KillsPerKind = -1 // none
 	}
 	for _, k := range c.Kinds {
 		cfg.Kinds = append(cfg.Kinds, chaos.Kind(k))
