@@ -279,7 +279,7 @@ func TestAuthConfRoles(t *testing.T) {
 			t.Errorf("envworker: %s replied %q", s, rep.Data)
 		}
 	}
-	if err := bus.Publish(ctx, env, subj.Steps("e1"), []byte("step 0"), messages.StepMsgID("e1", 1, 1, 0)); err != nil {
+	if err := bus.Publish(ctx, env, subj.Steps("e1"), []byte("step 0"), messages.StepMsgID("e1", "r1", 0)); err != nil {
 		t.Fatalf("envworker: publish step: %v", err)
 	}
 	if err := bus.Publish(ctx, env, subj.Failures(messages.FailureMalformed), []byte("failure"), ""); err != nil {

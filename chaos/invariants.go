@@ -214,20 +214,27 @@ func turnFingerprints(t *Trajectory) []fingerprint {
 type runKey struct {
 	request uint64
 	attempt int64
+	run     string
 }
 
 func (k runKey) String() string {
 	if k.request == 0 {
 		return fmt.Sprintf("attempt %d", k.attempt)
 	}
-	return fmt.Sprintf("request %d attempt %d", k.request, k.attempt)
+	if k.run == "" {
+		return fmt.Sprintf("request %d attempt %d", k.request, k.attempt)
+	}
+	return fmt.Sprintf("request %d attempt %d run %s", k.request, k.attempt, k.run)
 }
 
 func (k runKey) compare(o runKey) int {
-	if k.request != o.request {
+	switch {
+	case k.request != o.request:
 		return cmpUint(k.request, o.request)
+	case k.attempt != o.attempt:
+		return int(k.attempt - o.attempt)
 	}
-	return int(k.attempt - o.attempt)
+	return strings.Compare(k.run, o.run)
 }
 
 func cmpUint(a, b uint64) int {
@@ -258,7 +265,7 @@ func (x stepIndex) add(s *Step, seq uint64, forged string) {
 		byFP = map[fingerprint][]storedStep{}
 		x[s.EpisodeID] = byFP
 	}
-	at := storedStep{seq: seq, run: runKey{s.Request, s.Attempt}, turn: s.Turn, forged: forged}
+	at := storedStep{seq: seq, run: runKey{s.Request, s.Attempt, s.Run}, turn: s.Turn, forged: forged}
 	chat, single := stepFingerprint(s, false), stepFingerprint(s, true)
 	byFP[chat] = append(byFP[chat], at)
 	if single != chat {

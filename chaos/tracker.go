@@ -150,7 +150,7 @@ func (t *tracker) addRun(s *Step, ts time.Time) {
 		byRun = map[runKey]*stepRun{}
 		t.runs[s.EpisodeID] = byRun
 	}
-	k := runKey{s.Request, s.Attempt}
+	k := runKey{s.Request, s.Attempt, s.Run}
 	r := byRun[k]
 	if r == nil {
 		r = &stepRun{key: k, first: s.Turn, start: ts}

@@ -81,6 +81,7 @@ type Step struct {
 	Turn           int64
 	Attempt        int64
 	Request        uint64 // episodes-stream sequence of the request the run plays; 0 if unknown
+	Run            string // nonce of the delivery that played the run
 	HasEpisode     bool   // turn 0 carries the episode request
 	EnvSeed        *uint64
 	PromptTokens   []int32
@@ -140,7 +141,7 @@ func DecodeStep(data []byte) (*Step, error) {
 		return nil, err
 	}
 	s := &Step{
-		V: f.int("v"), EpisodeID: f.str("id"), Turn: f.int("tn"), Attempt: f.int("a"), Request: f.uint("rq"),
+		V: f.int("v"), EpisodeID: f.str("id"), Turn: f.int("tn"), Attempt: f.int("a"), Request: f.uint("rq"), Run: f.str("ru"),
 		PromptTokens: f.int32s("pt"), ActionTokens: f.int32s("at"), ActionLogprobs: f.float32s("al"),
 		FeedbackTokens: f.int32s("ft"), Reward: f.float("r"), Done: f.bool("d"), Truncated: f.bool("tr"),
 		Resumed: f.int("rs"), Error: f.str("err"),

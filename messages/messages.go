@@ -193,7 +193,11 @@ type StepEvent struct {
 	// Request is the episodes-stream sequence of the request this run plays (0 when unknown).
 	// An episode id submitted twice is two requests: their runs are told apart by it and
 	// never spliced into one trajectory.
-	Request        uint64             `msgpack:"rq,omitempty"`
+	Request uint64 `msgpack:"rq,omitempty"`
+	// Run is a nonce of the delivery that played this run. Delivery counts (Attempt) can repeat
+	// when a server restarts from older consumer state; the nonce cannot, so two deliveries'
+	// steps never share a message id or a run.
+	Run            string             `msgpack:"ru,omitempty"`
 	Episode        *EpisodeRequest    `msgpack:"er,omitempty"` // turn 0 only: the request, so the collector needs nothing else
 	PromptTokens   Tokens             `msgpack:"pt,omitempty"` // turn 0, or every turn of a single-turn style
 	ActionTokens   Tokens             `msgpack:"at"`

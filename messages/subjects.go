@@ -201,14 +201,17 @@ func ParseToken(tok string) (string, error) {
 	return b.String(), nil
 }
 
-// StepMsgID is the JetStream de-duplication id of a StepEvent:
-// "<episode>/<request>/<attempt>/<turn>". The three numbers follow the last three '/', so
-// distinct runs never share an id: a rerun of an episode (a redelivery) never collides with
-// the steps an earlier run stored, nor does a second submission of the same episode id.
-func StepMsgID(episode string, request uint64, attempt, turn int32) string {
-	return episode + "/" + strconv.FormatUint(request, 10) + "/" + strconv.FormatInt(int64(attempt), 10) +
-		"/" + strconv.FormatInt(int64(turn), 10)
+// StepMsgID is the JetStream de-duplication id of a StepEvent: "<episode>/<run>/<turn>", with
+// run the nonce of the delivery that played it (StepEvent.Run). The run and turn follow the last
+// two '/', so distinct runs never share an id: a rerun of an episode (a redelivery, or a second
+// submission of the same id) never collides with the steps an earlier run stored.
+func StepMsgID(episode, run string, turn int32) string {
+	return episode + "/" + run + "/" + strconv.FormatInt(int64(turn), 10)
 }
+
+// MaxAttempts is the highest attempt number of an honest step by default: env workers give up
+// on an episode after --max-deliver (5) deliveries. Steps above it are ignored.
+const MaxAttempts int32 = 16
 
 // OutcomeHeader marks the message that records, on an episode's steps subject, that its
 // outcome is stored: the header's value is the outcome's kind ("trajectory" or a failure

@@ -148,7 +148,7 @@ func TestParseTokenRejectsNonCanonical(t *testing.T) {
 }
 
 func TestMsgIDs(t *testing.T) {
-	if got := StepMsgID("ep/1", 9, 2, 12); got != "ep/1/9/2/12" {
+	if got := StepMsgID("ep/1", "r9", 12); got != "ep/1/r9/12" {
 		t.Errorf("StepMsgID = %q", got)
 	}
 	if got := TrajectoryMsgID("ep/1"); got != "ep/1" {

@@ -8,11 +8,16 @@ import (
 	"github.com/rollfleet/rollfleet/messages"
 )
 
-// runKey names one run of an episode: one delivery (attempt) of one
-// submission (request) of it.
+// runKey names one run of an episode: one delivery (attempt, and the
+// delivery's nonce) of one submission (request) of it.
 type runKey struct {
 	request uint64
 	attempt int32
+	run     string
+}
+
+func keyOf(ev *messages.StepEvent) runKey {
+	return runKey{request: ev.Request, attempt: ev.Attempt, run: ev.Run}
 }
 
 // stored is a step event with the stream sequence it was stored at.

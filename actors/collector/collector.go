@@ -43,9 +43,10 @@ type Options struct {
 	// Filter enables dynamic filtering of groups; nil keeps every complete group.
 	Filter *ScoreRange
 	// MaxAttempts is the highest attempt number a step may carry (default
-	// 16). An env worker numbers its runs of an episode by delivery and
-	// gives up after its --max-deliver (default 5), so no honest step has a
-	// higher one; such steps are ignored, never assembled.
+	// messages.MaxAttempts, 16). An env worker numbers its runs of an
+	// episode by delivery and gives up after its --max-deliver (default 5),
+	// so no honest step has a higher one; such steps are ignored, never
+	// assembled. Env workers ignore them too.
 	MaxAttempts int32
 	// CacheEpisodes and CacheBytes bound the steps held in memory for
 	// episodes being assembled (defaults 65,536 episodes and 256 MiB). An
@@ -72,7 +73,7 @@ func (o *Options) setDefaults() {
 		o.PinnedTTL = 10 * time.Second
 	}
 	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = 16
+		o.MaxAttempts = messages.MaxAttempts
 	}
 	if o.CacheEpisodes <= 0 {
 		o.CacheEpisodes = 1 << 16
@@ -321,7 +322,7 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		c.settle(m, fmt.Errorf("step metadata: %w", err), false)
 		return
 	}
-	key := runKey{request: ev.Request, attempt: ev.Attempt}
+	key := keyOf(ev)
 	s := stored{seq: meta.Sequence.Stream, ev: slim(ev)}
 	if !ev.Done && ev.Error == "" {
 		c.cache.add(key, s, time.Now())
@@ -632,7 +633,7 @@ func (c *Collector) readEpisode(ctx context.Context, id string) (*storedEpisode,
 			ep.decided = true
 			return ep, nil
 		}
-		key := runKey{request: ev.Request, attempt: ev.Attempt}
+		key := keyOf(ev)
 		if ep.runs[key] == nil {
 			ep.runs[key] = make(run)
 		}

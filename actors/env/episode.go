@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/chat"
@@ -80,6 +81,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		ep.attempt = int32(min(meta.NumDelivered, 1<<30))
 		ep.request = meta.Sequence.Stream
 	}
+	ep.nonce = nuid.Next()
 	w.live.Store(ep, msg)
 	defer w.live.Delete(ep)
 	if ep.attempt > int32(w.opts.MaxDeliver) {
@@ -164,6 +166,8 @@ type episode struct {
 	// submission of the same episode id is another run, never spliced into
 	// this one.
 	request uint64
+	// nonce is this delivery's (StepEvent.Run).
+	nonce string
 	// resumed counts the moves of this episode between workers.
 	resumed int32
 
@@ -483,8 +487,8 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	// Its own message id: the turn it names may have been stored already
 	// (a republished step) or never (a step that failed to publish), and
 	// the collector decides on an error step whatever turns came before.
-	ev.Request = e.request
-	id := messages.StepMsgID(e.req.EpisodeID, e.request, e.attempt, ev.Turn) + "/error"
+	ev.Request, ev.Run = e.request, e.nonce
+	id := messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn) + "/error"
 	return e.store(ctx, "record the episode's failure", func(ctx context.Context) error {
 		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, id)
 	})
@@ -494,9 +498,9 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 // take it; a step too large to publish fails the episode rather than being
 // retried forever.
 func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error {
-	ev.Request = e.request
+	ev.Request, ev.Run = e.request, e.nonce
 	err := e.store(ctx, "store a step", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.request, e.attempt, ev.Turn))
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn))
 	})
 	if errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 		return fmt.Errorf("%w: step %d: %v", errEpisode, ev.Turn, err)

@@ -32,19 +32,30 @@ func (e *episode) loadPriorRun(ctx context.Context) (*priorRun, error) {
 	return prior, err
 }
 
-// loadPriorRun reads the episode's stored steps and keeps the longest
-// contiguous run of the latest attempt of the given request (the episodes
-// stream sequence of this submission) that has a turn 0: another submission
-// of the same episode id is another request, which this run must not
-// continue. The episode is decided when any run of any request stored its
-// terminal step, or the collector its outcome marker.
+// loadPriorRun reads the episode's stored steps. Of the runs of the given
+// request (the episodes-stream sequence of this submission; another
+// submission of the same episode id is another request, which this one
+// must not continue) it keeps the one with the longest contiguous turns
+// from turn 0, the latest stored on a tie. The episode is decided when the
+// collector stored its outcome marker, or a run of this request stored its
+// terminal step or an error. Steps of other requests, and attempts above
+// messages.MaxAttempts, which the collector ignores, decide nothing here
+// either: a forged step can waste a run, never lose an episode.
 func (w *Worker) loadPriorRun(ctx context.Context, id string, request uint64) (*priorRun, error) {
 	st, err := w.js.Stream(ctx, w.opts.Subjects.StreamSteps())
 	if err != nil {
 		return nil, fmt.Errorf("steps stream: %w", err)
 	}
+	type key struct {
+		attempt int32
+		run     string
+	}
+	type storedRun struct {
+		turns map[int32]*messages.StepEvent
+		last  uint64 // stream sequence of its latest step
+	}
 	subject := w.opts.Subjects.Steps(id)
-	byAttempt := map[int32]map[int32]*messages.StepEvent{}
+	runs := map[key]*storedRun{}
 	decided := false
 	for seq := uint64(1); ; {
 		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
@@ -59,36 +70,39 @@ func (w *Worker) loadPriorRun(ctx context.Context, id string, request uint64) (*
 			return &priorRun{decided: true}, nil
 		}
 		ev, err := messages.Decode[messages.StepEvent](raw.Data)
-		if err != nil {
+		if err != nil || ev.Request != request || ev.Attempt > messages.MaxAttempts {
 			continue
 		}
-		if ev.Error != "" || ev.Done && ev.Request != request {
+		if ev.Error != "" {
 			decided = true // the collector decides on an error step at once
 		}
-		if ev.Request != request {
-			continue
+		k := key{ev.Attempt, ev.Run}
+		r := runs[k]
+		if r == nil {
+			r = &storedRun{turns: map[int32]*messages.StepEvent{}}
+			runs[k] = r
 		}
-		if byAttempt[ev.Attempt] == nil {
-			byAttempt[ev.Attempt] = map[int32]*messages.StepEvent{}
+		if r.turns[ev.Turn] == nil {
+			r.turns[ev.Turn] = ev
 		}
-		byAttempt[ev.Attempt][ev.Turn] = ev
+		r.last = raw.Sequence
 	}
 	var best *priorRun
-	var bestAttempt int32
-	for attempt, turns := range byAttempt {
-		if turns[0] == nil || turns[0].Episode == nil {
+	var bestLast uint64
+	for _, r := range runs {
+		if r.turns[0] == nil || r.turns[0].Episode == nil {
 			continue
 		}
 		run := &priorRun{}
-		for t := int32(0); turns[t] != nil; t++ {
-			run.steps = append(run.steps, turns[t])
-			if turns[t].Done {
+		for t := int32(0); r.turns[t] != nil; t++ {
+			run.steps = append(run.steps, r.turns[t])
+			if r.turns[t].Done {
 				decided = true
 				break
 			}
 		}
-		if best == nil || attempt > bestAttempt {
-			best, bestAttempt = run, attempt
+		if best == nil || len(run.steps) > len(best.steps) || len(run.steps) == len(best.steps) && r.last > bestLast {
+			best, bestLast = run, r.last
 		}
 	}
 	switch {

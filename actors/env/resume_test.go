@@ -291,9 +291,10 @@ func replay(t *testing.T, tr *messages.Trajectory) {
 	}
 }
 
-// TestLoadPriorRun: of an episode's stored steps, the latest attempt that
-// has a turn 0 is continued, up to its first gap; a terminal step means the
-// episode is decided.
+// TestLoadPriorRun: of an episode's stored steps, the run of this request
+// that got furthest from turn 0 is continued, up to its first gap; a
+// terminal step of this request, or the outcome marker, means the episode
+// is decided.
 func TestLoadPriorRun(t *testing.T) {
 	step := func(id string, attempt, turn int32, done bool) *messages.StepEvent {
 		ev := &messages.StepEvent{
@@ -319,8 +320,11 @@ func TestLoadPriorRun(t *testing.T) {
 		{"gap ends the run", func(id string) []*messages.StepEvent {
 			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 2, false)}
 		}, 1, false, false},
-		{"latest attempt wins", func(id string) []*messages.StepEvent {
+		{"the furthest run wins", func(id string) []*messages.StepEvent {
 			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, false), step(id, 1, 2, false), step(id, 2, 0, false)}
+		}, 3, false, false},
+		{"attempts above the bound decide nothing", func(id string) []*messages.StepEvent {
+			return []*messages.StepEvent{step(id, 1, 0, false), step(id, messages.MaxAttempts+1, 0, true)}
 		}, 1, false, false},
 		{"attempt without turn 0 is skipped", func(id string) []*messages.StepEvent {
 			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, false), step(id, 3, 2, false)}
@@ -330,17 +334,17 @@ func TestLoadPriorRun(t *testing.T) {
 		}, 2, true, false},
 		{"an earlier run that finished decides", func(id string) []*messages.StepEvent {
 			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 2, 0, false), step(id, 1, 1, true)}
-		}, 1, true, false},
+		}, 2, true, false},
 		{"another submission's steps are not continued", func(id string) []*messages.StepEvent {
 			other := step(id, 2, 0, false)
 			other.Request = 99
 			return []*messages.StepEvent{step(id, 1, 0, false), other}
 		}, 1, false, false},
-		{"another submission that finished decides", func(id string) []*messages.StepEvent {
+		{"another submission's finished run decides nothing", func(id string) []*messages.StepEvent {
 			other := step(id, 1, 0, true)
 			other.Request = 99
 			return []*messages.StepEvent{other}
-		}, 0, true, false},
+		}, 0, false, true},
 		{"the outcome marker decides", nil, 0, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
