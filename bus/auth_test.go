@@ -293,6 +293,14 @@ func TestAuthConfRoles(t *testing.T) {
 	if raw, err := envSteps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("e1"))); err != nil || string(raw.Data) != "step 0" {
 		t.Fatalf("envworker: read stored steps: %v", err)
 	}
+	// … unless the collector decided it.
+	envDecided, err := env.Stream(ctx, subj.StreamDecided())
+	if err != nil {
+		t.Fatalf("envworker: decisions stream: %v", err)
+	}
+	if _, err := envDecided.GetLastMsgForSubject(ctx, subj.Decided("e1")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("envworker: read decision: %v", err)
+	}
 	if err := msg.DoubleAck(ctx); err != nil {
 		t.Fatalf("envworker: ack: %v", err)
 	}
@@ -335,13 +343,19 @@ func TestAuthConfRoles(t *testing.T) {
 	if err := step.DoubleAck(ctx); err != nil {
 		t.Fatalf("collector: ack: %v", err)
 	}
-	// After the outcome: its marker on the episode's steps subject, then the
-	// purge of the steps before it.
-	marker, err := col.Publish(ctx, subj.Steps("e1"), nil)
-	if err != nil {
-		t.Fatalf("collector: outcome marker: %v", err)
+	// The decision, stored before the outcome and read back, then the purge
+	// of the decided episode's steps.
+	if _, err := col.Publish(ctx, subj.Decided("e1"), nil, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+		t.Fatalf("collector: decision: %v", err)
 	}
-	if err := steps.Purge(ctx, jetstream.WithPurgeSubject(subj.Steps("e1")), jetstream.WithPurgeSequence(marker.Sequence)); err != nil {
+	decided, err := col.Stream(ctx, subj.StreamDecided())
+	if err != nil {
+		t.Fatalf("collector: decisions stream: %v", err)
+	}
+	if _, err := decided.GetLastMsgForSubject(ctx, subj.Decided("e1")); err != nil {
+		t.Fatalf("collector: read decision: %v", err)
+	}
+	if err := steps.Purge(ctx, jetstream.WithPurgeSubject(subj.Steps("e1"))); err != nil {
 		t.Fatalf("collector: purge: %v", err)
 	}
 
@@ -451,6 +465,9 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		{"envworker", subj.Trajectories("game:GuessTheNumber-v0")},
 		{"envworker", subj.Episodes("game:GuessTheNumber-v0")},
 		{"envworker", subj.Failures(messages.FailureEpisode)},
+		{"envworker", subj.Decided("e1")},
+		{"trainer", subj.Decided("e1")},
+		{"gateway", subj.Decided("e1")},
 		{"llmworker", subj.Steps("e1")},
 		{"llmworker", subj.Episodes("game:GuessTheNumber-v0")},
 		{"collector", subj.Episodes("game:GuessTheNumber-v0")},

@@ -22,6 +22,11 @@ type StreamOptions struct {
 	StepsMaxAge time.Duration
 	// OutputMaxAge bounds trajectories, groups and failures (default 7 days).
 	OutputMaxAge time.Duration
+	// DecidedMaxAge bounds how long an episode's decision is kept (default
+	// 1h): any later step, redelivery or re-submission of a decided episode
+	// within it is recognised. Decisions are small, one per episode; the
+	// stream drops the oldest when it reaches MaxBytes.
+	DecidedMaxAge time.Duration
 	// DuplicateWindow is the publish dedup window (default 10 minutes).
 	DuplicateWindow time.Duration
 	// MaxBytes bounds each stream's size (default 256 MiB each; the steps
@@ -42,6 +47,9 @@ func (o *StreamOptions) setDefaults() {
 	}
 	if o.OutputMaxAge == 0 {
 		o.OutputMaxAge = 7 * 24 * time.Hour
+	}
+	if o.DecidedMaxAge == 0 {
+		o.DecidedMaxAge = time.Hour
 	}
 	if o.DuplicateWindow == 0 {
 		o.DuplicateWindow = 10 * time.Minute
@@ -76,9 +84,15 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 	episodes.Retention = jetstream.WorkQueuePolicy
 	steps := limits(subj.StreamSteps(), subj.StepsAll(), opts.StepsMaxAge)
 	steps.MaxBytes = opts.StepsMaxBytes
+	// Decisions: losing the oldest costs nothing but the recognition of a
+	// very late repeat, so a full stream discards old ones rather than
+	// refusing the collector.
+	decided := limits(subj.StreamDecided(), subj.DecidedAll(), opts.DecidedMaxAge)
+	decided.Discard = jetstream.DiscardOld
 	return []jetstream.StreamConfig{
 		episodes,
 		steps,
+		decided,
 		limits(subj.StreamTrajectories(), subj.TrajectoriesAll(), opts.OutputMaxAge),
 		limits(subj.StreamGroups(), subj.GroupsAll(), opts.OutputMaxAge),
 		limits(subj.StreamFailures(), subj.FailuresAll(), opts.OutputMaxAge),

@@ -566,6 +566,9 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	tr.stop()
 	tr.evidence(ev)
+	if ev.decisions, err = decisions(rctx, h); err != nil {
+		return fmt.Errorf("chaos: read the decisions: %w", err)
+	}
 	if ev.leftover, err = leftover(rctx, h); err != nil {
 		return fmt.Errorf("chaos: read the episodes queue: %w", err)
 	}

@@ -24,12 +24,12 @@ type evidence struct {
 	logDir string
 	// steps holds the honest steps' runs by episode and run; index the
 	// fingerprints of every step, forged ones marked; gaps the stretches of
-	// the steps stream deleted before the harness read them; markers the
-	// outcome markers by episode (see tracker).
+	// the steps stream deleted before the harness read them; decisions the
+	// collector's decisions by episode (the run and kind it named).
 	steps       map[string]map[runKey]*stepRun
 	index       stepIndex
 	gaps        []gap
-	markers     map[string]string
+	decisions   map[string]string
 	badSteps    int
 	badStepErrs []string
 	forgedSteps int
@@ -258,8 +258,8 @@ func (ev *evidence) diagnose(id string) string {
 			why = append(why, fmt.Sprintf("%s stored its last step (done) at %s, yet no outcome was recorded", r.key, ev.since(r.finish)))
 		}
 	}
-	if kind, ok := ev.markers[id]; ok {
-		why = append(why, fmt.Sprintf("the collector wrote an outcome marker (%s) on its steps subject, yet no outcome record is stored", kind))
+	if d, ok := ev.decisions[id]; ok {
+		why = append(why, fmt.Sprintf("the collector decided it (%s), yet no outcome record is stored", d))
 	}
 	_, leftover := ev.leftover[id]
 	if adv, ok := ev.maxDeliveries[id]; ok && (len(runs) == 0 || !runs[len(runs)-1].done) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -203,4 +204,25 @@ func (a *advisories) list() []maxDeliveries {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.seen)
+}
+
+// decisionHeader and decisionRunHeader are the headers of a collector's
+// decision of an episode (a message without a body on its decided subject).
+const (
+	decisionHeader    = "Rf-Outcome"
+	decisionRunHeader = "Rf-Run"
+)
+
+// decisions reads every decision the collectors stored: "<kind> for run
+// <run>" by episode.
+func decisions(ctx context.Context, h *harness) (map[string]string, error) {
+	out := map[string]string{}
+	_, err := readStream(ctx, h.js, h.subj.StreamDecided(), 1, func(_ uint64, _ time.Time, _ []byte, hdr nats.Header) {
+		// The message id is "<episode>/<run>".
+		run := hdr.Get(decisionRunHeader)
+		if id, ok := strings.CutSuffix(hdr.Get(jetstream.MsgIDHeader), "/"+run); ok && id != "" {
+			out[id] = hdr.Get(decisionHeader) + " for run " + run
+		}
+	})
+	return out, err
 }

@@ -5,17 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// outcomeHeader marks the collector's outcome marker on an episode's steps
-// subject: a message without a body, written once the episode is decided,
-// after which the collector purges the episode's steps.
-const outcomeHeader = "Rf-Outcome"
 
 // stepRun is what the steps stream shows of one run of an episode.
 type stepRun struct {
@@ -61,7 +55,6 @@ type tracker struct {
 	eps     map[string]*liveEpisode
 	runs    map[string]map[runKey]*stepRun
 	index   stepIndex
-	markers map[string]string // episode -> outcome kind
 	gaps    []gap
 	lastSeq uint64
 	lastTS  time.Time
@@ -73,7 +66,7 @@ type tracker struct {
 
 func newTracker(h *harness) *tracker {
 	return &tracker{h: h, eps: map[string]*liveEpisode{}, runs: map[string]map[runKey]*stepRun{},
-		index: stepIndex{}, markers: map[string]string{}}
+		index: stepIndex{}}
 }
 
 // start follows the steps stream from its beginning.
@@ -104,11 +97,6 @@ func (t *tracker) handle(m jetstream.Msg) {
 		t.gaps = append(t.gaps, gap{from: t.lastSeq + 1, to: seq - 1, after: t.lastTS, before: ts})
 	}
 	t.lastSeq, t.lastTS = seq, ts
-	if kind := m.Headers().Get(outcomeHeader); kind != "" && len(m.Data()) == 0 {
-		subject := m.Subject()
-		t.markers[subject[strings.LastIndexByte(subject, '.')+1:]] = kind
-		return
-	}
 	s, err := DecodeStep(m.Data())
 	if err != nil {
 		t.bad++
@@ -208,7 +196,7 @@ func (t *tracker) evidence(ev *evidence) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ev.steps, ev.index, ev.badSteps, ev.badStepErrs, ev.forgedSteps = t.runs, t.index, t.bad, t.badErrs, t.forged
-	ev.gaps, ev.markers = t.gaps, t.markers
+	ev.gaps = t.gaps
 }
 
 // pick chooses an episode of ours not in exclude: one in flight (not done,

@@ -123,6 +123,16 @@ func (s Subjects) StreamGroups() string { return s.stream("GROUPS") }
 // StreamFailures names the stream holding FailuresAll, e.g. "RF_FAILURES".
 func (s Subjects) StreamFailures() string { return s.stream("FAILURES") }
 
+// Decided is the subject of an episode's decision (see DecisionHeader):
+// <prefix>.decided.<Token(episode)>. Only collectors publish on it.
+func (s Subjects) Decided(episode string) string { return s.subject("decided", Token(episode)) }
+
+// DecidedAll matches the decisions of every episode.
+func (s Subjects) DecidedAll() string { return s.subject("decided", ">") }
+
+// StreamDecided names the stream holding DecidedAll, e.g. "RF_DECIDED".
+func (s Subjects) StreamDecided() string { return s.stream("DECIDED") }
+
 // emptyToken stands for the empty string. Every '%' that Token writes for a non-empty string is
 // followed by two hex digits, so a lone '%' cannot collide with any other encoding.
 const emptyToken = "%"
@@ -213,16 +223,22 @@ func StepMsgID(episode, run string, turn int32) string {
 // on an episode after --max-deliver (5) deliveries. Steps above it are ignored.
 const MaxAttempts int32 = 16
 
-// OutcomeHeader marks the message that records, on an episode's steps subject, that its
-// outcome is stored: the header's value is the outcome's kind ("trajectory" or a failure
-// kind) and the message has no body. The collector writes it after the outcome and then
-// purges the episode's steps before it, so the steps stream keeps only undecided episodes, and
-// any later delivery of the episode (a late run, a redelivered or re-submitted request) finds
-// it decided.
-const OutcomeHeader = "Rf-Outcome"
+// DecisionHeader and DecisionRunHeader are the headers of an episode's decision, the first
+// and only message on its Decided subject, which has no body: the kind of its outcome
+// ("trajectory" or a failure kind) and the run it took the outcome from (RunID). A collector
+// stores the decision before the outcome, on the condition that none is stored yet, so an
+// episode is decided once, whichever collector or run comes first, and every later step,
+// redelivery or re-submission of it finds it decided.
+const (
+	DecisionHeader    = "Rf-Outcome"
+	DecisionRunHeader = "Rf-Run"
+)
 
-// OutcomeMarkerMsgID is the JetStream de-duplication id of an episode's outcome marker.
-func OutcomeMarkerMsgID(episode string) string { return episode + "/outcome" }
+// RunID names one run of an episode in a decision: "<request>/<attempt>/<run>", or a word for a
+// decision that no run made (a malformed step).
+func RunID(request uint64, attempt int32, run string) string {
+	return strconv.FormatUint(request, 10) + "/" + strconv.FormatInt(int64(attempt), 10) + "/" + run
+}
 
 // TrajectoryMsgID is the JetStream de-duplication id of a Trajectory: its episode id, since an
 // episode has exactly one trajectory.

@@ -16,6 +16,9 @@ type runKey struct {
 	run     string
 }
 
+// String is the run's id in a decision (messages.RunID).
+func (k runKey) String() string { return messages.RunID(k.request, k.attempt, k.run) }
+
 func keyOf(ev *messages.StepEvent) runKey {
 	return runKey{request: ev.Request, attempt: ev.Attempt, run: ev.Run}
 }

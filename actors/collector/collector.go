@@ -135,7 +135,9 @@ type Collector struct {
 	cache    *cache
 	finished *recent // only the consume goroutine touches it
 	groups   map[string]*group
-	markWarn every
+	// decisions is the stream of episodes' decisions, set by Run.
+	decisions jetstream.Stream
+	purgeWarn every
 
 	mu      sync.Mutex
 	stats   Stats
@@ -147,10 +149,10 @@ func New(js jetstream.JetStream, opts Options) *Collector {
 	opts.setDefaults()
 	c := &Collector{
 		js: js, opts: opts, log: opts.Logger.With("actor", "collector"),
-		cache:    newCache(opts.CacheEpisodes, opts.CacheBytes),
-		finished: newRecent(1 << 18),
-		groups:   make(map[string]*group),
-		markWarn: every{interval: time.Minute},
+		cache:     newCache(opts.CacheEpisodes, opts.CacheBytes),
+		finished:  newRecent(1 << 18),
+		groups:    make(map[string]*group),
+		purgeWarn: every{interval: time.Minute},
 	}
 	c.counted = sync.NewCond(&c.mu)
 	return c
@@ -231,6 +233,13 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	if err := bus.Retry(ctx, func(ctx context.Context) error {
 		var err error
+		c.decisions, err = c.js.Stream(ctx, c.opts.Subjects.StreamDecided())
+		return err
+	}); err != nil {
+		return fmt.Errorf("collector: decisions stream: %w", err)
+	}
+	if err := bus.Retry(ctx, func(ctx context.Context) error {
+		var err error
 		cons, err = steps.CreateOrUpdateConsumer(ctx, ConsumerConfig(c.opts))
 		return err
 	}); err != nil {
@@ -291,14 +300,6 @@ func (c *Collector) sweep(ctx context.Context) {
 }
 
 func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
-	if kind := m.Headers().Get(messages.OutcomeHeader); kind != "" {
-		// An outcome marker: whoever wrote it decided the episode.
-		if id, err := c.episodeOf(m.Subject()); err == nil {
-			c.decided(id)
-		}
-		_ = m.Ack()
-		return
-	}
 	ev, err := messages.Decode[messages.StepEvent](m.Data())
 	if err == nil {
 		if id, perr := c.episodeOf(m.Subject()); perr != nil || id != ev.EpisodeID {
@@ -313,7 +314,9 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack() // a redelivery, or a late run, of an episode already decided
 		return
 	}
-	if ev.Attempt > c.opts.MaxAttempts {
+	// An error step is exempt: a worker records its give-up at whatever
+	// delivery count it has reached, and an error can splice nothing.
+	if ev.Attempt > c.opts.MaxAttempts && ev.Error == "" {
 		c.reject(m, ev, fmt.Sprintf("attempt %d, above the highest possible %d", ev.Attempt, c.opts.MaxAttempts))
 		return
 	}
@@ -333,8 +336,9 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 	c.settle(m, c.decide(ctx, key, s), false)
 }
 
-// reject ignores a step no honest env worker sends. The run it claims to
-// belong to cannot exist, so ignoring it loses nothing.
+// reject ignores a step no honest env worker sends. Runs are told apart by
+// their delivery's nonce, so the step cannot join an honest run, and
+// ignoring it loses nothing.
 func (c *Collector) reject(m jetstream.Msg, ev *messages.StepEvent, why string) {
 	c.log.Warn("step rejected", "subject", m.Subject(), "episode", ev.EpisodeID, "attempt", ev.Attempt, "turn", ev.Turn, "reason", why)
 	c.count(func(s *Stats) { s.Rejected++ })
@@ -348,74 +352,71 @@ func (c *Collector) decide(ctx context.Context, key runKey, s stored) error {
 	var p *partial
 	if ev.Error != "" {
 		// A run that failed decides at once: the turns it names before the
-		// error may never have been stored. Its request (for the group) is
-		// read back when this collector has not seen it.
-		p = &partial{req: c.cache.request(id, key)}
-		var decided bool
-		if p.req != nil {
-			var err error
-			if decided, err = c.isDecided(ctx, id); err != nil {
-				return err
-			}
-		} else {
+		// error may never have been stored. Its request (for the group)
+		// travels with it, or is read back.
+		p = &partial{req: ev.Episode}
+		if p.req == nil {
+			p.req = c.cache.request(id, key)
+		}
+		if p.req == nil {
 			ep, err := c.readEpisode(ctx, id)
 			if err != nil {
 				return err
 			}
-			decided, p.req = ep.decided, ep.request(key)
-		}
-		if decided {
-			c.decided(id)
-			return nil
+			p.req = ep.request(key)
 		}
 		p.apply(ev)
-	} else {
-		r := c.cache.run(id, key)
+		return c.record(ctx, id, key.String(), p)
+	}
+	r := c.cache.run(id, key)
+	if r == nil {
+		r = make(run, 1)
+	}
+	r[ev.Turn] = s
+	p, complete := assemble(r, ev.Turn)
+	if !complete {
+		// Some turns came to another collector, or were evicted here: the
+		// stream has them, unless another run decided the episode already.
+		d, err := c.decision(ctx, id)
+		if err != nil {
+			return err
+		}
+		if d != nil && d.Header.Get(messages.DecisionRunHeader) != key.String() {
+			c.cache.drop(id)
+			return nil
+		}
+		ep, err := c.readEpisode(ctx, id)
+		if err != nil {
+			return err
+		}
+		r = ep.runs[key]
 		if r == nil {
 			r = make(run, 1)
 		}
 		r[ev.Turn] = s
-		var complete bool
-		if p, complete = assemble(r, ev.Turn); complete {
-			decided, err := c.isDecided(ctx, id)
-			if err != nil {
-				return err
-			}
-			if decided {
-				c.decided(id)
-				return nil
-			}
-		} else {
-			ep, err := c.readEpisode(ctx, id)
-			if err != nil {
-				return err
-			}
-			if ep.decided {
-				c.decided(id)
-				return nil
-			}
-			r = ep.runs[key]
-			if r == nil {
-				r = make(run, 1)
-			}
-			r[ev.Turn] = s
-			if p, complete = assemble(r, ev.Turn); !complete {
-				// The stream holds no earlier turns of this run: no env
-				// worker stores a terminal step before them.
-				c.log.Warn("step rejected", "episode", id, "attempt", ev.Attempt, "turn", ev.Turn,
-					"reason", "ends a run whose earlier turns were never stored")
-				c.count(func(s *Stats) { s.Rejected++ })
-				return nil
-			}
-			c.count(func(s *Stats) { s.Reloaded++ })
+		if p, complete = assemble(r, ev.Turn); !complete {
+			// The stream holds no earlier turns of this run: no env
+			// worker stores a terminal step before them.
+			c.log.Warn("step rejected", "episode", id, "attempt", ev.Attempt, "turn", ev.Turn,
+				"reason", "ends a run whose earlier turns were never stored")
+			c.count(func(s *Stats) { s.Rejected++ })
+			return nil
 		}
+		c.count(func(s *Stats) { s.Reloaded++ })
 	}
-	return c.record(ctx, id, p)
+	return c.record(ctx, id, key.String(), p)
 }
 
-// decided forgets an episode that is decided.
-func (c *Collector) decided(id string) {
+// finished forgets an episode whose outcome is stored: any later step of it
+// is acknowledged at once. An episode decided for another collector's run
+// is only dropped from the cache (forget): its outcome may still have to be
+// stored from that run's terminal step, here or there.
+func (c *Collector) finish(id string) {
 	c.finished.add(id)
+	c.forget(id)
+}
+
+func (c *Collector) forget(id string) {
 	c.cache.drop(id)
 	c.count(func(*Stats) {})
 }
@@ -425,10 +426,12 @@ func (c *Collector) episodeOf(subject string) (string, error) {
 	return messages.ParseToken(strings.TrimPrefix(subject, strings.TrimSuffix(c.opts.Subjects.StepsAll(), ">")))
 }
 
+// malformedRun is the run a malformed step decides for: none.
+const malformedRun = "malformed"
+
 // malformed records a step event that cannot be decoded. Its subject still
 // names its episode, which can then never be assembled: unless that episode
-// was decided already, the record is the episode's one outcome, and the
-// episode's other steps are dropped instead of waiting forever for the gap.
+// was decided already, the record is the episode's one outcome.
 func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error) {
 	c.log.Warn("malformed step event", "subject", m.Subject(), "err", cause)
 	f := &messages.Failure{
@@ -436,32 +439,36 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 		Subject: m.Subject(), Time: time.Now().UnixNano(), Payload: messages.FailurePayload(m.Data()),
 	}
 	id, err := c.episodeOf(m.Subject())
-	open := err == nil && !c.finished.has(id)
-	if open {
-		decided, err := c.isDecided(ctx, id)
+	if err == nil && !c.finished.has(id) {
+		p := &partial{req: c.cache.request(id, runKey{})}
+		f.EpisodeID = id
+		if p.req != nil {
+			f.GroupID, f.Env = p.req.GroupID, p.req.Env
+		}
+		p.outcome = &outcome{failure: f}
+		won, err := c.claim(ctx, id, malformedRun, messages.FailureMalformed)
+		if err == nil && won {
+			err = c.store(ctx, id, p)
+		}
 		if err != nil {
 			c.settle(m, err, false)
 			return
 		}
-		open = !decided
-	}
-	if !open {
-		if err := c.publish(ctx, c.opts.Subjects.Failures(messages.FailureMalformed), f, ""); err != nil {
-			c.settle(m, err, true)
+		if won {
+			c.count(func(s *Stats) { s.Malformed++ })
+			c.settle(m, nil, true)
 			return
 		}
-		c.count(func(s *Stats) { s.Malformed++ })
-		c.settle(m, nil, true)
+		c.forget(id)
+		f.EpisodeID, f.GroupID, f.Env = "", "", ""
+	}
+	// Of no episode, or of one decided already: a record of the message only.
+	if err := c.publish(ctx, c.opts.Subjects.Failures(messages.FailureMalformed), f, ""); err != nil {
+		c.settle(m, err, false)
 		return
 	}
-	f.EpisodeID = id
-	p := &partial{req: c.cache.request(id, runKey{})}
-	if p.req != nil {
-		f.GroupID, f.Env = p.req.GroupID, p.req.Env
-	}
-	p.outcome = &outcome{failure: f}
 	c.count(func(s *Stats) { s.Malformed++ })
-	c.settle(m, c.record(ctx, id, p), true)
+	c.settle(m, nil, true)
 }
 
 // settle acks a message whose effect is durable, or hands it back when
@@ -478,34 +485,45 @@ func (c *Collector) settle(m jetstream.Msg, err error, term bool) {
 	}
 }
 
-// record publishes an episode's outcome, marks the episode decided on its
-// steps subject, purges its steps and feeds its group. On error nothing is
-// marked, so the redelivered terminal step retries.
-func (c *Collector) record(ctx context.Context, id string, p *partial) error {
+// record decides the episode for run, unless it is decided already, and
+// stores the outcome. On error the caller hands the terminal step back: a
+// decision stored without its outcome is completed when the step comes
+// again (to this collector or another), since the run named by the decision
+// gives the same outcome.
+func (c *Collector) record(ctx context.Context, id, run string, p *partial) error {
 	out := p.outcome
 	if out.traj != nil {
-		data, err := messages.Marshal(out.traj)
-		if err == nil {
-			err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.Env), data, messages.TrajectoryMsgID(id))
-		}
-		// Either limit makes the publish fail for good: the codec's, checked
-		// while encoding, or the server's, checked before sending.
-		if errors.Is(err, messages.ErrTooLarge) || errors.Is(err, bus.ErrTooLarge) {
+		// Known before deciding, so the decision names the kind stored.
+		var err error
+		if out.encoded, err = c.encode(out.traj); err != nil {
 			out.failure = p.failure(messages.FailureInvariant, fmt.Sprintf("trajectory too large to publish: %v", err))
 			out.traj = nil
-		} else if err != nil {
-			return err
 		}
 	}
-	kind := "trajectory"
-	if out.failure != nil {
-		kind = out.failure.Kind
-		if err := c.publish(ctx, c.opts.Subjects.Failures(out.failure.Kind), out.failure, messages.TrajectoryMsgID(id)); err != nil {
+	won, err := c.claim(ctx, id, run, out.kind())
+	if err != nil {
+		return err
+	}
+	if !won {
+		c.forget(id)
+		return nil
+	}
+	return c.store(ctx, id, p)
+}
+
+// store publishes a decided episode's outcome, purges its steps and feeds
+// its group.
+func (c *Collector) store(ctx context.Context, id string, p *partial) error {
+	out := p.outcome
+	if out.traj != nil {
+		if err := c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.Env), out.encoded, messages.TrajectoryMsgID(id)); err != nil {
 			return err
 		}
+	} else if err := c.publish(ctx, c.opts.Subjects.Failures(out.failure.Kind), out.failure, messages.TrajectoryMsgID(id)); err != nil {
+		return err
 	}
-	c.markDecided(ctx, id, kind)
-	c.decided(id)
+	c.purge(ctx, id)
+	c.finish(id)
 	c.count(func(s *Stats) {
 		if out.traj != nil {
 			s.Trajectories++
@@ -523,26 +541,76 @@ func (c *Collector) record(ctx context.Context, id string, p *partial) error {
 	return nil
 }
 
-// markDecided stores the outcome marker on the episode's steps subject and
-// purges the steps before it. The outcome is stored already, and within the
-// duplicate window a repeat of it is a no-op, so a failure here only costs
-// disk until the steps' max age and is logged, not retried.
-func (c *Collector) markDecided(ctx context.Context, id, kind string) {
-	subject := c.opts.Subjects.Steps(id)
-	msg := &nats.Msg{Subject: subject, Header: nats.Header{messages.OutcomeHeader: []string{kind}}}
-	var ack *jetstream.PubAck
+// encode encodes a trajectory, or reports that it cannot be published: too
+// large for the codec or for the server.
+func (c *Collector) encode(t *messages.Trajectory) ([]byte, error) {
+	data, err := messages.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	if max := c.js.Conn().MaxPayload(); max > 0 && int64(len(data)) > max-maxHeaderRoom {
+		return nil, fmt.Errorf("%w: %d bytes > %d", bus.ErrTooLarge, len(data), max-maxHeaderRoom)
+	}
+	return data, nil
+}
+
+// maxHeaderRoom is left of the server's max payload for a message's
+// headers (its message id).
+const maxHeaderRoom = 1024
+
+// claim stores the episode's decision for run, on the condition that no
+// decision is stored yet, and reports whether the decision is run's: stored
+// now, by an earlier try of this call, or by another collector deciding for
+// the same run.
+func (c *Collector) claim(ctx context.Context, id, run, kind string) (bool, error) {
+	subject := c.opts.Subjects.Decided(id)
+	msg := &nats.Msg{Subject: subject, Header: nats.Header{
+		messages.DecisionHeader: []string{kind}, messages.DecisionRunHeader: []string{run},
+	}}
 	err := bus.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.OutcomeMarkerMsgID(id)))
+		_, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id+"/"+run), jetstream.WithExpectLastSequencePerSubject(0))
 		return err
 	})
-	if err == nil {
-		err = bus.Retry(ctx, func(ctx context.Context) error {
-			return c.steps.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(ack.Sequence))
-		})
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		raw, err := c.decision(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		return raw != nil && raw.Header.Get(messages.DecisionRunHeader) == run, nil
 	}
-	if err != nil && c.markWarn.allow(time.Now()) {
-		c.log.Warn("marking episode decided failed; its steps stay until their max age", "episode", id, "err", err)
+	return false, fmt.Errorf("decide episode %s: %w", id, err)
+}
+
+// decision returns the episode's stored decision, or nil when there is none.
+func (c *Collector) decision(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
+	var raw *jetstream.RawStreamMsg
+	err := bus.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		raw, err = c.decisions.GetLastMsgForSubject(ctx, c.opts.Subjects.Decided(id))
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read decision of %s: %w", id, err)
+	}
+	return raw, nil
+}
+
+// purge drops a decided episode's steps. A failure costs only disk until
+// the steps' max age, so it is logged (once a minute at most), not retried.
+func (c *Collector) purge(ctx context.Context, id string) {
+	err := bus.Retry(ctx, func(ctx context.Context) error {
+		return c.steps.Purge(ctx, jetstream.WithPurgeSubject(c.opts.Subjects.Steps(id)))
+	})
+	if err != nil && c.purgeWarn.allow(time.Now()) {
+		c.log.Warn("purging a decided episode's steps failed; they stay until their max age", "episode", id, "err", err)
 	}
 }
 
@@ -564,20 +632,6 @@ func (e *every) allow(now time.Time) bool {
 	return true
 }
 
-// isDecided reports whether the episode's steps subject starts with an
-// outcome marker, as it does once an outcome is recorded and its steps
-// purged.
-func (c *Collector) isDecided(ctx context.Context, id string) (bool, error) {
-	raw, err := c.getStep(ctx, 1, c.opts.Subjects.Steps(id))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("read steps of %s: %w", id, err)
-	}
-	return raw.Header.Get(messages.OutcomeHeader) != "", nil
-}
-
 // getStep reads the first stored step on subject at or after seq, riding
 // out a leader election on a cluster.
 func (c *Collector) getStep(ctx context.Context, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
@@ -590,12 +644,9 @@ func (c *Collector) getStep(ctx context.Context, seq uint64, subject string) (*j
 	return raw, err
 }
 
-// storedEpisode is an episode's steps as the stream holds them.
+// storedEpisode is an episode's steps as the stream holds them, by run.
 type storedEpisode struct {
 	runs map[runKey]run
-	// decided is set when the stream holds the episode's outcome marker, or
-	// a step that cannot be decoded (its own delivery decides the episode).
-	decided bool
 }
 
 // request returns the episode request of the given run, or of any run.
@@ -611,7 +662,8 @@ func (e *storedEpisode) request(key runKey) *messages.EpisodeRequest {
 	return nil
 }
 
-// readEpisode reads every stored step of an episode.
+// readEpisode reads every stored step of an episode. A message that cannot
+// be decoded is skipped: its own delivery records it.
 func (c *Collector) readEpisode(ctx context.Context, id string) (*storedEpisode, error) {
 	ep := &storedEpisode{runs: make(map[runKey]run)}
 	subject := c.opts.Subjects.Steps(id)
@@ -624,14 +676,9 @@ func (c *Collector) readEpisode(ctx context.Context, id string) (*storedEpisode,
 			return nil, fmt.Errorf("read steps of %s: %w", id, err)
 		}
 		seq = raw.Sequence + 1
-		if raw.Header.Get(messages.OutcomeHeader) != "" {
-			ep.decided = true
-			return ep, nil
-		}
 		ev, err := messages.Decode[messages.StepEvent](raw.Data)
 		if err != nil || ev.EpisodeID != id {
-			ep.decided = true
-			return ep, nil
+			continue
 		}
 		key := keyOf(ev)
 		if ep.runs[key] == nil {

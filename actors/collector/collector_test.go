@@ -642,7 +642,6 @@ func TestShutdownRecordsDrainedOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-stopped
-	// The stream now also holds the outcome marker, which nobody consumed.
 	cons, err := f.js.Consumer(ctx, f.subj.StreamSteps(), "collector")
 	if err != nil {
 		t.Fatal(err)

@@ -74,13 +74,15 @@ func TestStandbyHandOver(t *testing.T) {
 			}
 		}
 	}
-	// Each decided episode's steps are purged; its outcome marker stays.
-	st, err := f.js.Stream(ctx, f.subj.StreamSteps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info, err := st.Info(ctx); err != nil || info.State.Msgs != episodes {
-		t.Errorf("steps stream holds %d messages, want one outcome marker per episode (%d); err %v", info.State.Msgs, episodes, err)
+	// Each decided episode's steps are purged; its decision stays.
+	for stream, want := range map[string]uint64{f.subj.StreamSteps(): 0, f.subj.StreamDecided(): episodes} {
+		st, err := f.js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := st.Info(ctx); err != nil || info.State.Msgs != want {
+			t.Errorf("%s holds %d messages, want %d (err %v)", stream, info.State.Msgs, want, err)
+		}
 	}
 	bustest.CheckFor(t, waitTimeout, 10*time.Millisecond, func() error {
 		if sa, sb := a.Stats(), b.Stats(); sa.InFlight+sb.InFlight != 0 {

@@ -36,7 +36,16 @@ type partial struct {
 // outcome is exactly one of a trajectory or a failure.
 type outcome struct {
 	traj    *messages.Trajectory
+	encoded []byte // traj on the wire, once it is known to fit
 	failure *messages.Failure
+}
+
+// kind names the outcome in a decision: "trajectory" or the failure's kind.
+func (o *outcome) kind() string {
+	if o.traj != nil {
+		return "trajectory"
+	}
+	return o.failure.Kind
 }
 
 // assemble builds the outcome of a run whose terminal step is turn last. It

@@ -37,11 +37,21 @@ func (e *episode) loadPriorRun(ctx context.Context) (*priorRun, error) {
 // submission of the same episode id is another request, which this one
 // must not continue) it keeps the one with the longest contiguous turns
 // from turn 0, the latest stored on a tie. The episode is decided when the
-// collector stored its outcome marker, or a run of this request stored its
-// terminal step or an error. Steps of other requests, and attempts above
-// messages.MaxAttempts, which the collector ignores, decide nothing here
-// either: a forged step can waste a run, never lose an episode.
+// collector stored its decision, or a run of this request stored its
+// terminal step or an error (the collector then decides from it). Steps of
+// other requests, and attempts above messages.MaxAttempts, decide nothing
+// here: a forged step can waste a run, never lose an episode.
 func (w *Worker) loadPriorRun(ctx context.Context, id string, request uint64) (*priorRun, error) {
+	decisions, err := w.js.Stream(ctx, w.opts.Subjects.StreamDecided())
+	if err != nil {
+		return nil, fmt.Errorf("decisions stream: %w", err)
+	}
+	switch _, err := decisions.GetLastMsgForSubject(ctx, w.opts.Subjects.Decided(id)); {
+	case err == nil:
+		return &priorRun{decided: true}, nil
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, fmt.Errorf("read decision of %s: %w", id, err)
+	}
 	st, err := w.js.Stream(ctx, w.opts.Subjects.StreamSteps())
 	if err != nil {
 		return nil, fmt.Errorf("steps stream: %w", err)
@@ -66,9 +76,6 @@ func (w *Worker) loadPriorRun(ctx context.Context, id string, request uint64) (*
 			return nil, fmt.Errorf("read steps of %s: %w", id, err)
 		}
 		seq = raw.Sequence + 1
-		if raw.Header.Get(messages.OutcomeHeader) != "" {
-			return &priorRun{decided: true}, nil
-		}
 		ev, err := messages.Decode[messages.StepEvent](raw.Data)
 		if err != nil || ev.Request != request || ev.Attempt > messages.MaxAttempts {
 			continue

@@ -293,7 +293,7 @@ func replay(t *testing.T, tr *messages.Trajectory) {
 
 // TestLoadPriorRun: of an episode's stored steps, the run of this request
 // that got furthest from turn 0 is continued, up to its first gap; a
-// terminal step of this request, or the outcome marker, means the episode
+// terminal step of this request, or the collector's decision, means the episode
 // is decided.
 func TestLoadPriorRun(t *testing.T) {
 	step := func(id string, attempt, turn int32, done bool) *messages.StepEvent {
@@ -345,14 +345,14 @@ func TestLoadPriorRun(t *testing.T) {
 			other.Request = 99
 			return []*messages.StepEvent{other}
 		}, 0, false, true},
-		{"the outcome marker decides", nil, 0, true, false},
+		{"the collector's decision decides", nil, 0, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, toyllm.Options{})
 			id := "ep-" + tc.name
 			if tc.steps == nil {
-				marker := &nats.Msg{Subject: f.subj.Steps(id), Header: nats.Header{messages.OutcomeHeader: []string{"trajectory"}}}
-				if _, err := f.js.PublishMsg(context.Background(), marker); err != nil {
+				decision := &nats.Msg{Subject: f.subj.Decided(id), Header: nats.Header{messages.DecisionHeader: []string{"trajectory"}}}
+				if _, err := f.js.PublishMsg(context.Background(), decision); err != nil {
 					t.Fatal(err)
 				}
 				tc.steps = func(id string) []*messages.StepEvent { return []*messages.StepEvent{step(id, 1, 0, false)} }
