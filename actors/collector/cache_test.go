@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"github.com/rollfleet/rollfleet/bus"
 	"testing"
 	"time"
 
@@ -55,4 +56,27 @@ func TestCacheBounds(t *testing.T) {
 			t.Fatalf("%d episodes and %d bytes left after dropping all", n, bytes)
 		}
 	})
+}
+
+// TestGroupsBounded: groups that can never complete here (their other
+// members were decided elsewhere) are dropped oldest first beyond MaxGroups.
+func TestGroupsBounded(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	c := f.start(t, Options{MaxGroups: 4})
+	for i := range 10 {
+		// One member of a group of two: the other never comes.
+		f.publish(t, oneTurn(request(fmt.Sprintf("gb-%d", i), fmt.Sprintf("g-%d", i), 0, 2), 1))
+	}
+	f.settled(t, "collector")
+	if st := c.Stats(); st.Trajectories != 10 || st.GroupsEvicted != 6 {
+		t.Fatalf("stats %+v, want 10 trajectories and 6 groups evicted", st)
+	}
+	// The newest groups are still held: their second members complete them.
+	for i := 6; i < 10; i++ {
+		f.publish(t, oneTurn(request(fmt.Sprintf("gb-%d-b", i), fmt.Sprintf("g-%d", i), 1, 2), 1))
+	}
+	f.settled(t, "collector")
+	if st := c.Stats(); st.GroupsKept != 4 {
+		t.Fatalf("stats %+v, want the 4 newest groups kept", st)
+	}
 }

@@ -7,6 +7,7 @@
 package collector
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -58,6 +59,11 @@ type Options struct {
 	// long (default 5m): usually one that another collector decided or a
 	// run that a redelivery superseded.
 	IdleTimeout time.Duration
+	// MaxGroups and GroupBytes bound the unfinished groups held (defaults
+	// 16,384 groups and 512 MiB of their trajectories); beyond them the
+	// oldest is dropped (Stats.GroupsEvicted).
+	MaxGroups  int
+	GroupBytes int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -84,6 +90,12 @@ func (o *Options) setDefaults() {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 5 * time.Minute
 	}
+	if o.MaxGroups <= 0 {
+		o.MaxGroups = 1 << 14
+	}
+	if o.GroupBytes <= 0 {
+		o.GroupBytes = 512 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -96,6 +108,8 @@ type Stats struct {
 	// Filtered those the score filter dropped, Incomplete those with a failed
 	// member.
 	Groups, GroupsKept, GroupsFiltered, GroupsIncomplete uint64
+	// GroupsEvicted counts unfinished groups dropped to bound memory.
+	GroupsEvicted uint64
 	// InFlight is the number of episodes whose steps are cached, CachedBytes
 	// their estimated size.
 	InFlight    int
@@ -135,6 +149,11 @@ type Collector struct {
 	cache    *cache
 	finished *recent // only the consume goroutine touches it
 	groups   map[string]*group
+	// groupOrder holds the unfinished groups oldest first; groupBytes their
+	// estimated size.
+	groupOrder *list.List
+	groupBytes int64
+	groupWarn  every
 	// decisions is the stream of episodes' decisions, set by Run.
 	decisions jetstream.Stream
 	purgeWarn every
@@ -149,10 +168,12 @@ func New(js jetstream.JetStream, opts Options) *Collector {
 	opts.setDefaults()
 	c := &Collector{
 		js: js, opts: opts, log: opts.Logger.With("actor", "collector"),
-		cache:     newCache(opts.CacheEpisodes, opts.CacheBytes),
-		finished:  newRecent(1 << 18),
-		groups:    make(map[string]*group),
-		purgeWarn: every{interval: time.Minute},
+		cache:      newCache(opts.CacheEpisodes, opts.CacheBytes),
+		finished:   newRecent(1 << 18),
+		groups:     make(map[string]*group),
+		purgeWarn:  every{interval: time.Minute},
+		groupWarn:  every{interval: time.Minute},
+		groupOrder: list.New(),
 	}
 	c.counted = sync.NewCond(&c.mu)
 	return c
@@ -704,10 +725,47 @@ func (c *Collector) publishRaw(ctx context.Context, subject string, data []byte,
 
 // group gathers the n samples of one prompt.
 type group struct {
+	id     string
 	size   int32
 	env    string
 	trajs  []messages.Trajectory
 	failed int32
+	bytes  int64
+	elem   *list.Element // in Collector.groupOrder
+}
+
+// trajectoryBytes estimates the memory a trajectory held in a group takes.
+func trajectoryBytes(t *messages.Trajectory) int64 {
+	n := 512 + 8*int64(len(t.ObservationTokens)) + 8*int64(len(t.ActionRanges)) + 8*int64(len(t.StepRewards)) +
+		int64(len(t.Prompt)+len(t.Label))
+	for _, sm := range t.Samples {
+		n += 64 + 8*int64(len(sm.ObservationTokens))
+	}
+	return n
+}
+
+// evictGroups drops the oldest unfinished groups while more than
+// MaxGroups are held or they take more than GroupBytes. Their trajectories
+// are all published; only the group record is lost, which happens when
+// members were decided by another collector (a hand-over or a restart), so
+// the group can never complete here.
+func (c *Collector) evictGroups() {
+	for c.groupOrder.Len() > 1 && (c.groupOrder.Len() > c.opts.MaxGroups || c.groupBytes > c.opts.GroupBytes) {
+		g := c.groupOrder.Remove(c.groupOrder.Front()).(*group)
+		delete(c.groups, g.id)
+		c.groupBytes -= g.bytes
+		c.count(func(s *Stats) { s.GroupsEvicted++ })
+		if c.groupWarn.allow(time.Now()) {
+			c.log.Warn("unfinished group dropped to bound memory; its trajectories are published", "group", g.id,
+				"have", int32(len(g.trajs))+g.failed, "of", g.size)
+		}
+	}
+}
+
+func (c *Collector) dropGroup(g *group) {
+	c.groupOrder.Remove(g.elem)
+	delete(c.groups, g.id)
+	c.groupBytes -= g.bytes
 }
 
 // addToGroup records an episode's outcome in its group and publishes the
@@ -719,18 +777,23 @@ func (c *Collector) addToGroup(ctx context.Context, p *partial, t *messages.Traj
 	}
 	g := c.groups[req.GroupID]
 	if g == nil {
-		g = &group{size: max(req.GroupSize, 1), env: req.Env}
+		g = &group{id: req.GroupID, size: max(req.GroupSize, 1), env: req.Env}
+		g.elem = c.groupOrder.PushBack(g)
 		c.groups[req.GroupID] = g
 	}
 	if t != nil {
 		g.trajs = append(g.trajs, *t)
+		n := trajectoryBytes(t)
+		g.bytes += n
+		c.groupBytes += n
 	} else {
 		g.failed++
 	}
 	if int32(len(g.trajs))+g.failed < g.size {
+		c.evictGroups()
 		return
 	}
-	delete(c.groups, req.GroupID)
+	c.dropGroup(g)
 	if g.failed > 0 {
 		c.count(func(s *Stats) { s.Groups++; s.GroupsIncomplete++ })
 		return

@@ -33,6 +33,7 @@ func main() {
 		coll := collector.New(p.JS, collector.Options{
 			Subjects: p.Subjects, Durable: c.Durable, Filter: filter, Logger: p.Log,
 			MaxAttempts: c.MaxAttempts, CacheEpisodes: c.CacheEpisodes, CacheBytes: c.CacheBytes, IdleTimeout: c.IdleTimeout,
+			MaxGroups: c.MaxGroups, GroupBytes: c.GroupBytes,
 		})
 		return coll.Run(p.Ctx)
 	})
