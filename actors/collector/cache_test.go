@@ -2,10 +2,10 @@ package collector
 
 import (
 	"fmt"
-	"github.com/rollfleet/rollfleet/bus"
 	"testing"
 	"time"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 )
 

@@ -20,6 +20,8 @@ type cli struct {
 	CacheEpisodes int           `default:"65536" help:"Episodes whose steps are cached in memory; others are read back from the steps stream."`
 	CacheBytes    int64         `default:"268435456" help:"Bytes of cached steps."`
 	IdleTimeout   time.Duration `default:"5m" help:"Drop an episode's cached steps when none arrived for this long."`
+	MaxGroups     int           `default:"16384" help:"Unfinished groups held; beyond it the oldest is dropped (its trajectories are all published)."`
+	GroupBytes    int64         `default:"536870912" help:"Bytes of trajectories held in unfinished groups."`
 }
 
 func main() {
