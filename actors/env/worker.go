@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/remoteenv"
 )
@@ -207,8 +208,13 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 // ahead: a prefetched episode would sit unacknowledged in a buffer, and if it
 // waited longer than AckWait it would be delivered to another worker too.
 func (w *Worker) Run(ctx context.Context) error {
-	cons, err := w.js.CreateOrUpdateConsumer(ctx, w.opts.Subjects.StreamEpisodes(), ConsumerConfig(w.opts))
-	if err != nil {
+	// A worker that starts during a leader election waits it out.
+	var cons jetstream.Consumer
+	if err := bus.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = w.js.CreateOrUpdateConsumer(ctx, w.opts.Subjects.StreamEpisodes(), ConsumerConfig(w.opts))
+		return err
+	}); err != nil {
 		return fmt.Errorf("env: consumer: %w", err)
 	}
 	w.log.Info("env worker ready", "concurrency", w.opts.Concurrency)

@@ -89,10 +89,10 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 		nc.Close()
 		return nil, nil, subj, fmt.Errorf("jetstream: %w", err)
 	}
-	// The first connect may still be retrying in the background: wait for
-	// the streams with a bounded loop rather than fail at once.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// The first connect may still be retrying in the background, or the
+	// server may be restarting: wait for the streams as long as it takes (a
+	// fleet process outlives its server), logging now and then.
+	for attempt := 0; ; attempt++ {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		go watchStreamPermission(sctx, nc, cancel)
 		err = bus.EnsureStreams(sctx, js, subj, f.Streams())
@@ -101,7 +101,7 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 			log.Warn("streams left as they are", "err", err)
 			err = nil
 		}
-		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			break
 		}
 		if nc.IsClosed() {
@@ -113,7 +113,9 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 			err = fmt.Errorf("%w: %w (the streams must exist before users that may not create them connect: create them once as the admin user with --init-streams; see docs/security.md)", ErrStreamPermission, perr)
 			break
 		}
-		log.Warn("waiting for NATS JetStream", "err", err)
+		if attempt%streamWaitLogEvery == 0 {
+			log.Warn("waiting for NATS JetStream", "attempts", attempt+1, "err", err)
+		}
 		select {
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
@@ -135,6 +137,10 @@ func streamPermissionError(err error) bool {
 // watchStreamPermission cancels ctx as soon as nc reports a refused stream
 // request: the server answers nothing to a request it refuses, so the
 // request would otherwise wait for its timeout.
+// streamWaitLogEvery is how many waits for the streams pass between two log
+// lines about them (each try waits up to 5 s, then half a second).
+const streamWaitLogEvery = 30
+
 func watchStreamPermission(ctx context.Context, nc *nats.Conn, cancel context.CancelFunc) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
