@@ -439,7 +439,69 @@ func (f *fifteenPuzzle) Restore(state json.RawMessage) error {
 	if err != nil {
 		return restoreError(fifteenFamily, err)
 	}
-	next := f.s // decoding a board replaces the rows wholesale, so the live ones are never written
+	next, err := f.s.overlay(obj)
+	if err != nil {
+		return err
+	}
+	if err := next.validate(); err != nil {
+		return restoreError(fifteenFamily, err)
+	}
+	f.s = next
+	return nil
+}
+
+// fromState lays state over the constructor's state. The board must be
+// given; for a drawn size, num_rows is the board's and max_turns is what the
+// -random draw pairs with it.
+func (f *fifteenPuzzle) fromState(state json.RawMessage) (Info, error) {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return nil, restoreError(fifteenFamily, err)
+	}
+	drawn := f.s.Random
+	next, err := f.s.overlay(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.derive(obj, drawn); err != nil {
+		return nil, restoreError(fifteenFamily, err)
+	}
+	if err := next.validate(); err != nil {
+		return nil, restoreError(fifteenFamily, err)
+	}
+	f.s = next
+	return f.Info(), nil
+}
+
+// derive fills in the keys a partial state leaves out, or names the first
+// one it must give; drawn says whether the env draws its size at reset.
+func (s *fifteenState) derive(obj map[string]json.RawMessage, drawn bool) error {
+	if !has(obj, "board") {
+		return errMissing("board", "it is the start board")
+	}
+	if drawn {
+		if !has(obj, "num_rows") {
+			s.NumRows = len(s.Board)
+		}
+		for r, row := range s.Board {
+			if len(row) != s.NumRows { // before the size picks a turn limit
+				return fmt.Errorf("board: row %d has %d cells, want %d", r, len(row), s.NumRows)
+			}
+		}
+		if !has(obj, "max_turns") {
+			i := slices.IndexFunc(fifteenRandomCandidates[:], func(c [2]int) bool { return c[0] == s.NumRows })
+			if i < 0 {
+				return errMissing("max_turns", fmt.Sprintf("this env draws it at reset, and GEM's draw pairs none with num_rows %d", s.NumRows))
+			}
+			s.MaxTurns = fifteenRandomCandidates[i][1]
+		}
+	}
+	return nil
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s fifteenState) overlay(obj map[string]json.RawMessage) (fifteenState, error) {
+	next := s // decoding a board replaces the rows wholesale, so the live ones are never written
 	fields := map[string]any{
 		"num_rows":      &next.NumRows,
 		"max_turns":     &next.MaxTurns,
@@ -450,13 +512,9 @@ func (f *fifteenPuzzle) Restore(state json.RawMessage) error {
 		"random":        &next.Random,
 	}
 	if err := restoreFields(fifteenFamily, obj, fields); err != nil {
-		return err
+		return fifteenState{}, err
 	}
-	if err := next.validate(); err != nil {
-		return restoreError(fifteenFamily, err)
-	}
-	f.s = next
-	return nil
+	return next, nil
 }
 
 // validateConfig checks the parameters, naming the offending key.

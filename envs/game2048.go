@@ -2,6 +2,7 @@ package envs
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/bits"
@@ -408,7 +409,95 @@ func (g *game2048) Restore(state json.RawMessage) error {
 	if err != nil {
 		return restoreError(game2048Family, err)
 	}
-	next := g.s
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return err
+	}
+	_, hasMax := obj["max_tile"]
+	_, hasInit := obj["init_max"]
+	if _, hasBoard := obj["board"]; hasBoard && !hasMax && !hasInit {
+		next.MaxTile = game2048Largest(next.Board)
+		next.InitMax = next.MaxTile
+		if next.MaxTile == 0 {
+			return fmt.Errorf("restore %s state: board: no tile to derive max_tile and init_max from", game2048Family)
+		}
+	}
+	if err := next.validate(); err != nil {
+		return restoreError(game2048Family, err)
+	}
+	g.s = next
+	return nil
+}
+
+// fromState lays state over the constructor's state. The board and the
+// spawn seed must be given; for a drawn target, target_tile must be given
+// and max_turns is what the -random draw pairs with it. At the start of an
+// episode (turn_count absent or 0) init_max is the board's largest tile and
+// max_tile is init_max, as after a reset; later, both must be given. The
+// example defaults to "up".
+func (g *game2048) fromState(state json.RawMessage) (Info, error) {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return nil, restoreError(game2048Family, err)
+	}
+	drawn := g.s.Random
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.derive(obj, drawn); err != nil {
+		return nil, restoreError(game2048Family, err)
+	}
+	if err := next.validate(); err != nil {
+		return nil, restoreError(game2048Family, err)
+	}
+	g.s = next
+	return g.Info(), nil
+}
+
+// derive fills in the keys a partial state leaves out, or names the first
+// one it must give; drawn says whether the env draws its target at reset.
+func (s *game2048State) derive(obj map[string]json.RawMessage, drawn bool) error {
+	if !has(obj, "board") {
+		return errMissing("board", "it is the start board")
+	}
+	if drawn {
+		if !has(obj, "target_tile") {
+			return errMissing("target_tile", "this env draws it at reset")
+		}
+		if !has(obj, "max_turns") {
+			i := slices.IndexFunc(game2048RandomConfigs, func(c [2]int) bool { return c[0] == s.TargetTile })
+			if i < 0 {
+				return errMissing("max_turns", fmt.Sprintf("this env draws it at reset, and GEM's draw pairs none with target_tile %d", s.TargetTile))
+			}
+			s.MaxTurns = game2048RandomConfigs[i][1]
+		}
+	}
+	if !has(obj, "spawn_seed") {
+		return errMissing("spawn_seed", "it draws the tile spawned after each move (after any scripted spawns)")
+	}
+	for _, key := range []string{"init_max", "max_tile"} {
+		if !has(obj, key) && s.TurnCount != 0 {
+			return errMissing(key, fmt.Sprintf("with turn_count %d it cannot be read off the board", s.TurnCount))
+		}
+	}
+	if !has(obj, "init_max") {
+		if s.InitMax = game2048Largest(s.Board); s.InitMax == 0 {
+			return errors.New("board: no tile to derive init_max from")
+		}
+	}
+	if !has(obj, "max_tile") {
+		s.MaxTile = s.InitMax
+	}
+	if !has(obj, "example") {
+		s.Example = game2048Directions[0]
+	}
+	return nil
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s game2048State) overlay(obj map[string]json.RawMessage) (game2048State, error) {
+	next := s
 	// Decode into fresh slices: decoding must not write into the live board.
 	next.Board, next.Spawns = nil, nil
 	fields := map[string]any{
@@ -425,28 +514,15 @@ func (g *game2048) Restore(state json.RawMessage) error {
 		"random":      &next.Random,
 	}
 	if err := restoreFields(game2048Family, obj, fields); err != nil {
-		return err
+		return game2048State{}, err
 	}
 	if next.Board == nil {
-		next.Board = cloneRows(g.s.Board)
+		next.Board = cloneRows(s.Board)
 	}
 	if next.Spawns == nil {
-		next.Spawns = cloneRows(g.s.Spawns)
+		next.Spawns = cloneRows(s.Spawns)
 	}
-	_, hasMax := obj["max_tile"]
-	_, hasInit := obj["init_max"]
-	if _, hasBoard := obj["board"]; hasBoard && !hasMax && !hasInit {
-		next.MaxTile = game2048Largest(next.Board)
-		next.InitMax = next.MaxTile
-		if next.MaxTile == 0 {
-			return fmt.Errorf("restore %s state: board: no tile to derive max_tile and init_max from", game2048Family)
-		}
-	}
-	if err := next.validate(); err != nil {
-		return restoreError(game2048Family, err)
-	}
-	g.s = next
-	return nil
+	return next, nil
 }
 
 // cloneRows deep-copies a slice of int rows.

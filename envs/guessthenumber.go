@@ -222,8 +222,78 @@ func (g *guessTheNumber) Restore(state json.RawMessage) error {
 	if err != nil {
 		return restoreError(gtnFamily, err)
 	}
-	next := g.s
-	next.PreviousGuesses = slices.Clone(g.s.PreviousGuesses) // decoding must not write into the live slice
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return err
+	}
+	if err := next.validate(); err != nil {
+		return restoreError(gtnFamily, err)
+	}
+	g.s = next
+	return nil
+}
+
+// fromState lays state over the constructor's state. A drawn range must be
+// given (max_turns then follows from it as the -random draw pairs them); the
+// target must be given; the example defaults to min_number.
+func (g *guessTheNumber) fromState(state json.RawMessage) (Info, error) {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return nil, restoreError(gtnFamily, err)
+	}
+	drawn := g.s.Random
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.derive(obj, drawn); err != nil {
+		return nil, restoreError(gtnFamily, err)
+	}
+	if err := next.validate(); err != nil {
+		return nil, restoreError(gtnFamily, err)
+	}
+	g.s = next
+	return gtnInfo(), nil
+}
+
+// derive fills in the keys a partial state leaves out, or names the first
+// one it must give; drawn says whether the env draws its range at reset.
+func (s *gtnState) derive(obj map[string]json.RawMessage, drawn bool) error {
+	if drawn {
+		for _, key := range []string{"min_number", "max_number"} {
+			if !has(obj, key) {
+				return errMissing(key, "this env draws the range at reset")
+			}
+		}
+		if !has(obj, "max_turns") && s.MinNumber <= s.MaxNumber {
+			s.MaxTurns = gtnDrawnTurns(s.MinNumber, s.MaxNumber)
+		}
+	}
+	if !has(obj, "game_number") {
+		return errMissing("game_number", "it is the number to guess")
+	}
+	if !has(obj, "example") {
+		s.Example = s.MinNumber
+	}
+	return nil
+}
+
+// gtnDrawnTurns is the turn limit the -random variant pairs with a range,
+// ceil(sqrt(max - min)) + 1, for any range with min <= max.
+func gtnDrawnTurns(minNumber, maxNumber int) int {
+	span := new(big.Int).Sub(big.NewInt(int64(maxNumber)), big.NewInt(int64(minNumber)))
+	if span.Sign() == 0 {
+		return 1
+	}
+	// ceil(sqrt(d)) = floor(sqrt(d - 1)) + 1 for d >= 1.
+	root := new(big.Int).Sqrt(span.Sub(span, big.NewInt(1)))
+	return int(root.Int64()) + 2
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s gtnState) overlay(obj map[string]json.RawMessage) (gtnState, error) {
+	next := s
+	next.PreviousGuesses = slices.Clone(s.PreviousGuesses) // decoding must not write into the live slice
 	fields := map[string]any{
 		"min_number":       &next.MinNumber,
 		"max_number":       &next.MaxNumber,
@@ -235,13 +305,9 @@ func (g *guessTheNumber) Restore(state json.RawMessage) error {
 		"random":           &next.Random,
 	}
 	if err := restoreFields(gtnFamily, obj, fields); err != nil {
-		return err
+		return gtnState{}, err
 	}
-	if err := next.validate(); err != nil {
-		return restoreError(gtnFamily, err)
-	}
-	g.s = next
-	return nil
+	return next, nil
 }
 
 // validate checks the invariants Step and Instructions rely on, naming the

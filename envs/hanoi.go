@@ -267,8 +267,77 @@ func (g *towerOfHanoi) Restore(state json.RawMessage) error {
 	if err != nil {
 		return restoreError(hanoiFamily, err)
 	}
-	next := g.s
-	next.Board = g.s.Board.clone()
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return err
+	}
+	if err := next.validate(); err != nil {
+		return restoreError(hanoiFamily, err)
+	}
+	g.s = next
+	return nil
+}
+
+// fromState lays state over the constructor's state. Towers that a given
+// board leaves out are empty; without a board, the disks start on A as at
+// reset. For a drawn size, num_disks is the number of disks on the board
+// given (else it must be given) and max_turns is what the -random draw
+// pairs with it.
+func (g *towerOfHanoi) fromState(state json.RawMessage) (Info, error) {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return nil, restoreError(hanoiFamily, err)
+	}
+	drawn := g.s.Random
+	base := g.s
+	if has(obj, "board") {
+		base.Board = hanoiBoard{A: []int{}, B: []int{}, C: []int{}}
+	}
+	next, err := base.overlay(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.derive(obj, drawn); err != nil {
+		return nil, restoreError(hanoiFamily, err)
+	}
+	if err := next.validate(); err != nil {
+		return nil, restoreError(hanoiFamily, err)
+	}
+	g.s = next
+	return g.Info(), nil
+}
+
+// derive fills in the keys a partial state leaves out, or names the first
+// one it must give; drawn says whether the env draws its size at reset.
+func (s *hanoiState) derive(obj map[string]json.RawMessage, drawn bool) error {
+	if drawn {
+		if !has(obj, "num_disks") {
+			if !has(obj, "board") {
+				return errMissing("num_disks", "this env draws it at reset; give it or a board")
+			}
+			s.NumDisks = len(s.Board.A) + len(s.Board.B) + len(s.Board.C)
+		}
+		if !has(obj, "max_turns") {
+			i := slices.IndexFunc(hanoiCandidates, func(c [2]int) bool { return c[0] == s.NumDisks })
+			if i < 0 {
+				return errMissing("max_turns", fmt.Sprintf("this env draws it at reset, and GEM's draw pairs none with num_disks %d", s.NumDisks))
+			}
+			s.MaxTurns = hanoiCandidates[i][1]
+		}
+	}
+	if !has(obj, "board") {
+		if err := hanoiCheckDisks(s.NumDisks); err != nil {
+			return err
+		}
+		s.Board = hanoiStart(s.NumDisks)
+	}
+	return nil
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s hanoiState) overlay(obj map[string]json.RawMessage) (hanoiState, error) {
+	next := s
+	next.Board = s.Board.clone()
 	fields := map[string]any{
 		"num_disks":  &next.NumDisks,
 		"max_turns":  &next.MaxTurns,
@@ -277,13 +346,9 @@ func (g *towerOfHanoi) Restore(state json.RawMessage) error {
 		"board":      next.Board.restore,
 	}
 	if err := restoreFields(hanoiFamily, obj, fields); err != nil {
-		return err
+		return hanoiState{}, err
 	}
-	if err := next.validate(); err != nil {
-		return restoreError(hanoiFamily, err)
-	}
-	g.s = next
-	return nil
+	return next, nil
 }
 
 // restore overrides the towers present in a JSON object; absent towers keep

@@ -364,13 +364,92 @@ func (m *mastermind) Restore(state json.RawMessage) error {
 	if err != nil {
 		return restoreError(mastermindFamily, err)
 	}
+	next, err := m.s.overlay(obj)
+	if err != nil {
+		return err
+	}
+	if err := next.validate(); err != nil {
+		return restoreError(mastermindFamily, err)
+	}
+	m.s = next
+	return nil
+}
+
+// fromState lays state over the constructor's state. The code must be
+// given; for a drawn size, code_length follows from it, num_numbers must be
+// given and max_turns follows from both as the -random draw pairs them. The
+// milestone follows from the previous guesses, and the example defaults to
+// 1, 2, ..., code_length. Reset's info is empty, so the info returned is too.
+func (m *mastermind) fromState(state json.RawMessage) (Info, error) {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return nil, restoreError(mastermindFamily, err)
+	}
+	drawn := m.s.Random
+	next, err := m.s.overlay(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.derive(obj, drawn); err != nil {
+		return nil, restoreError(mastermindFamily, err)
+	}
+	if err := next.validate(); err != nil {
+		return nil, restoreError(mastermindFamily, err)
+	}
+	m.s = next
+	return Info{}, nil
+}
+
+// derive fills in the keys a partial state leaves out, or names the first
+// one it must give; drawn says whether the env draws its size at reset.
+func (s *mastermindState) derive(obj map[string]json.RawMessage, drawn bool) error {
+	if !has(obj, "code") {
+		return errMissing("code", "it is the secret to guess")
+	}
+	if drawn {
+		if !has(obj, "code_length") {
+			s.CodeLength = len(s.Code)
+		}
+		if !has(obj, "num_numbers") {
+			return errMissing("num_numbers", "this env draws the digit range at reset")
+		}
+		if !has(obj, "max_turns") {
+			i := slices.IndexFunc(mastermindRandomConfigs[:], func(c [3]int) bool { return c[0] == s.CodeLength && c[1] == s.NumNumbers })
+			if i < 0 {
+				return errMissing("max_turns", fmt.Sprintf("this env draws it at reset, and GEM's draw pairs none with code_length %d and num_numbers %d", s.CodeLength, s.NumNumbers))
+			}
+			s.MaxTurns = mastermindRandomConfigs[i][2]
+		}
+	}
+	if !has(obj, "milestone") {
+		// GEM's milestone is the most black pegs any recorded guess scored.
+		s.Milestone = 0
+		for _, g := range s.PreviousGuesses {
+			if len(g) == len(s.Code) { // a guess of another length fails validation
+				black, _ := mastermindPegs(s.Code, g)
+				s.Milestone = max(s.Milestone, black)
+			}
+		}
+	}
+	// Only for a code that can pass validation, so that the size is bounded by the input.
+	if !has(obj, "example") && s.CodeLength == len(s.Code) && s.CodeLength <= s.NumNumbers {
+		s.Example = make([]int, s.CodeLength)
+		for i := range s.Example {
+			s.Example[i] = i + 1
+		}
+	}
+	return nil
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s mastermindState) overlay(obj map[string]json.RawMessage) (mastermindState, error) {
 	// Decoding must not write into the live slices, and json reuses the
 	// backing arrays of nested slices too, so the guesses are copied deeply.
-	next := m.s
-	next.Code = slices.Clone(m.s.Code)
-	next.Example = slices.Clone(m.s.Example)
-	next.PreviousGuesses = make([][]int, len(m.s.PreviousGuesses))
-	for i, g := range m.s.PreviousGuesses {
+	next := s
+	next.Code = slices.Clone(s.Code)
+	next.Example = slices.Clone(s.Example)
+	next.PreviousGuesses = make([][]int, len(s.PreviousGuesses))
+	for i, g := range s.PreviousGuesses {
 		next.PreviousGuesses[i] = slices.Clone(g)
 	}
 	fields := map[string]any{
@@ -386,13 +465,9 @@ func (m *mastermind) Restore(state json.RawMessage) error {
 		"random":            &next.Random,
 	}
 	if err := restoreFields(mastermindFamily, obj, fields); err != nil {
-		return err
+		return mastermindState{}, err
 	}
-	if err := next.validate(); err != nil {
-		return restoreError(mastermindFamily, err)
-	}
-	m.s = next
-	return nil
+	return next, nil
 }
 
 // validateParams checks the size and turn limit. GEM's random.sample would

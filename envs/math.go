@@ -151,6 +151,16 @@ func (m *mathEnv) Restore(state json.RawMessage) error {
 	return nil
 }
 
+// fromState lays state over the constructor's state; a math problem draws
+// nothing at random, so every key left out keeps the value the request's
+// overrides gave it.
+func (m *mathEnv) fromState(state json.RawMessage) (Info, error) {
+	if err := m.Restore(state); err != nil {
+		return nil, err
+	}
+	return m.Info(), nil
+}
+
 // Turn is the number of answers given.
 func (m *mathEnv) Turn() int { return m.s.Attempts }
 

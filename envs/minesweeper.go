@@ -405,12 +405,104 @@ func (g *minesweeper) Restore(state json.RawMessage) error {
 	if err != nil {
 		return restoreError(minesweeperFamily, err)
 	}
-	next := g.s
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return err
+	}
+	return g.commit(next)
+}
+
+// commit validates next and makes it the state, in canonical form.
+func (g *minesweeper) commit(next minesweeperState) error {
+	if err := next.validate(); err != nil {
+		return restoreError(minesweeperFamily, err)
+	}
+	// Canonical row-major order, so the snapshot does not depend on how the
+	// caller listed the cells.
+	for _, cells := range [][]minesweeperCell{next.Mines, next.Revealed, next.Flagged} {
+		slices.SortFunc(cells, minesweeperCompare)
+	}
+	g.s = next
+	g.syncGrids()
+	return nil
+}
+
+// fromState lays state over the constructor's state. The mines, or the
+// mine order that places them at the first reveal, must be given. For a
+// drawn board, rows or cols must be given (the other is the same, as GEM
+// draws square boards), num_mines is the number of mines given or else
+// rows*cols/5, and max_turns is rows*cols. first_reveal follows from the
+// revealed cells, and the examples default to the first and last cells.
+func (g *minesweeper) fromState(state json.RawMessage) (Info, error) {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return nil, restoreError(minesweeperFamily, err)
+	}
+	drawn := g.s.Random
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.derive(obj, drawn); err != nil {
+		return nil, restoreError(minesweeperFamily, err)
+	}
+	if err := g.commit(next); err != nil {
+		return nil, err
+	}
+	return g.Info(), nil
+}
+
+// derive fills in the keys a partial state leaves out, or names the first
+// one it must give; drawn says whether the env draws its board at reset.
+func (s *minesweeperState) derive(obj map[string]json.RawMessage, drawn bool) error {
+	if drawn {
+		switch {
+		case has(obj, "rows") && !has(obj, "cols"):
+			s.Cols = s.Rows
+		case has(obj, "cols") && !has(obj, "rows"):
+			s.Rows = s.Cols
+		case !has(obj, "rows"):
+			return errMissing("rows", "this env draws the board size at reset")
+		}
+		if !has(obj, "num_mines") {
+			if has(obj, "mines") {
+				s.NumMines = len(s.Mines)
+			} else {
+				s.NumMines = s.Rows * s.Cols / 5
+			}
+		}
+		if !has(obj, "max_turns") {
+			s.MaxTurns = s.Rows * s.Cols
+		}
+	}
+	switch {
+	case !has(obj, "mines") && !has(obj, "mine_order"):
+		return errMissing("mines", "the mine layout decides play; give mines, or mine_order to place them at the first reveal")
+	case !has(obj, "mine_order"):
+		s.MineOrder = []int{} // the given layout is used as is
+	case !has(obj, "mines"):
+		s.Mines = []minesweeperCell{}
+	}
+	if !has(obj, "first_reveal") {
+		s.FirstReveal = len(s.Revealed) == 0
+	}
+	if !has(obj, "reveal_example") {
+		s.RevealExample = minesweeperCell{0, 0}
+	}
+	if !has(obj, "flag_example") {
+		s.FlagExample = minesweeperCell{s.Rows - 1, s.Cols - 1}
+	}
+	return nil
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s minesweeperState) overlay(obj map[string]json.RawMessage) (minesweeperState, error) {
+	next := s
 	// Decoding must not write into the live slices.
-	next.Mines = slices.Clone(g.s.Mines)
-	next.Revealed = slices.Clone(g.s.Revealed)
-	next.Flagged = slices.Clone(g.s.Flagged)
-	next.MineOrder = slices.Clone(g.s.MineOrder)
+	next.Mines = slices.Clone(s.Mines)
+	next.Revealed = slices.Clone(s.Revealed)
+	next.Flagged = slices.Clone(s.Flagged)
+	next.MineOrder = slices.Clone(s.MineOrder)
 	fields := map[string]any{
 		"rows":           &next.Rows,
 		"cols":           &next.Cols,
@@ -427,19 +519,9 @@ func (g *minesweeper) Restore(state json.RawMessage) error {
 		"random":         &next.Random,
 	}
 	if err := restoreFields(minesweeperFamily, obj, fields); err != nil {
-		return err
+		return minesweeperState{}, err
 	}
-	if err := next.validate(); err != nil {
-		return restoreError(minesweeperFamily, err)
-	}
-	// Canonical row-major order, so the snapshot does not depend on how the
-	// caller listed the cells.
-	for _, cells := range [][]minesweeperCell{next.Mines, next.Revealed, next.Flagged} {
-		slices.SortFunc(cells, minesweeperCompare)
-	}
-	g.s = next
-	g.syncGrids()
-	return nil
+	return next, nil
 }
 
 // validateConfig checks the board size, mine count and turn limit. Too many

@@ -388,7 +388,97 @@ func (g *sokoban) Restore(state json.RawMessage) error {
 	if err != nil {
 		return restoreError(sokobanFamily, err)
 	}
-	next := g.s
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return err
+	}
+	return g.commit(next)
+}
+
+// commit validates next and makes it the state, boxes in row-major order.
+func (g *sokoban) commit(next sokobanState) error {
+	if err := next.validate(); err != nil {
+		return restoreError(sokobanFamily, err)
+	}
+	sokobanSort(next.Boxes)
+	g.s = next
+	return nil
+}
+
+// fromState lays state over the constructor's state. The room, the boxes
+// and the player must be given; for a drawn size, num_boxes is the room's
+// number of targets and max_turns is what the -random draw pairs with the
+// room's size and num_boxes. The example defaults to "up".
+func (g *sokoban) fromState(state json.RawMessage) (Info, error) {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return nil, restoreError(sokobanFamily, err)
+	}
+	drawn := g.s.Random
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.derive(obj, drawn); err != nil {
+		return nil, restoreError(sokobanFamily, err)
+	}
+	if err := g.commit(next); err != nil {
+		return nil, err
+	}
+	return g.Info(), nil
+}
+
+// derive fills in the keys a partial state leaves out, or names the first
+// one it must give; drawn says whether the env draws its size at reset.
+func (s *sokobanState) derive(obj map[string]json.RawMessage, drawn bool) error {
+	for _, k := range [...]struct{ key, why string }{
+		{"room_fixed", "it is the room's walls, floor and targets"},
+		{"boxes", "they are where the boxes start"},
+		{"player", "it is where the player starts"},
+	} {
+		if !has(obj, k.key) {
+			return errMissing(k.key, k.why)
+		}
+	}
+	if drawn {
+		rows, cols := len(s.RoomFixed), 0
+		if rows > 0 {
+			cols = len(s.RoomFixed[0])
+		}
+		for r, row := range s.RoomFixed {
+			if len(row) != cols { // before the size picks a turn limit
+				return fmt.Errorf("room_fixed: row %d has %d cells, want %d", r, len(row), cols)
+			}
+		}
+		if !has(obj, "num_boxes") {
+			s.NumBoxes = 0
+			for _, row := range s.RoomFixed {
+				for _, code := range row {
+					if code == sokobanTarget {
+						s.NumBoxes++
+					}
+				}
+			}
+		}
+		if !has(obj, "max_turns") {
+			i := slices.IndexFunc(sokobanRandomConfigs[:], func(c sokobanConfig) bool {
+				return c.rows == rows && c.cols == cols && c.numBoxes == s.NumBoxes
+			})
+			if i < 0 {
+				return errMissing("max_turns", fmt.Sprintf("this env draws it at reset, and GEM's draw pairs none with a %dx%d room of %d boxes", rows, cols, s.NumBoxes))
+			}
+			s.MaxTurns = sokobanRandomConfigs[i].maxTurns
+		}
+	}
+	if !has(obj, "example") {
+		s.Example = sokobanDirections[0]
+	}
+	return nil
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s sokobanState) overlay(obj map[string]json.RawMessage) (sokobanState, error) {
+	next := s
 	// Decode into fresh slices: decoding must not write into the live room.
 	next.RoomFixed, next.Boxes = nil, nil
 	fields := map[string]any{
@@ -402,20 +492,15 @@ func (g *sokoban) Restore(state json.RawMessage) error {
 		"random":     &next.Random,
 	}
 	if err := restoreFields(sokobanFamily, obj, fields); err != nil {
-		return err
+		return sokobanState{}, err
 	}
 	if next.RoomFixed == nil {
-		next.RoomFixed = cloneRows(g.s.RoomFixed)
+		next.RoomFixed = cloneRows(s.RoomFixed)
 	}
 	if next.Boxes == nil {
-		next.Boxes = slices.Clone(g.s.Boxes)
+		next.Boxes = slices.Clone(s.Boxes)
 	}
-	if err := next.validate(); err != nil {
-		return restoreError(sokobanFamily, err)
-	}
-	sokobanSort(next.Boxes)
-	g.s = next
-	return nil
+	return next, nil
 }
 
 // validate checks the invariants Step, Reset and Instructions rely on,

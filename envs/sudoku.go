@@ -2,6 +2,7 @@ package envs
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
@@ -478,10 +479,160 @@ func (g *sudoku) Restore(state json.RawMessage) error {
 	if err != nil {
 		return restoreError(sudokuFamily, err)
 	}
-	next := g.s
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return err
+	}
+	if err := next.validate(); err != nil {
+		return restoreError(sudokuFamily, err)
+	}
+	g.s = next
+	return nil
+}
+
+// fromState lays state over the constructor's state. The board must be
+// given; the solution defaults to the board's only completion. For a drawn
+// size, scale is the board's, and clues and max_turns are what the -random
+// draw pairs with it. init_num_empty is the board's empty cells when the
+// state is the start of an episode (turn_count absent or 0); later, the
+// board may hold placements, so it must be given.
+func (g *sudoku) fromState(state json.RawMessage) (Info, error) {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return nil, restoreError(sudokuFamily, err)
+	}
+	drawn := g.s.Random
+	next, err := g.s.overlay(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.derive(obj, drawn); err != nil {
+		return nil, restoreError(sudokuFamily, err)
+	}
+	if err := next.validate(); err != nil {
+		return nil, restoreError(sudokuFamily, err)
+	}
+	g.s = next
+	return g.Info(), nil
+}
+
+// derive fills in the keys a partial state leaves out, or names the first
+// one it must give; drawn says whether the env draws its size at reset.
+func (s *sudokuState) derive(obj map[string]json.RawMessage, drawn bool) error {
+	if !has(obj, "board") {
+		return errMissing("board", "it is the puzzle")
+	}
+	if drawn && !has(obj, "scale") {
+		s.Scale = len(s.Board)
+	}
+	if err := sudokuCheckBoard(s.Board, s.Scale); err != nil {
+		return fmt.Errorf("board: %w", err)
+	}
+	if drawn {
+		i := slices.IndexFunc(sudokuRandomDraws[:], func(d [3]int) bool { return d[0] == s.Scale })
+		switch {
+		case i >= 0:
+			if !has(obj, "clues") {
+				s.Clues = sudokuRandomDraws[i][1]
+			}
+			if !has(obj, "max_turns") {
+				s.MaxTurns = sudokuRandomDraws[i][2]
+			}
+		case !has(obj, "max_turns"):
+			return errMissing("max_turns", fmt.Sprintf("this env draws it at reset, and GEM's draw pairs none with scale %d", s.Scale))
+		case !has(obj, "clues"):
+			// Only the generator reads clues; the puzzle given is what it would have made.
+			s.Clues = sudokuCountEmpty(s.Board)
+		}
+	}
+	if !has(obj, "solution") {
+		// The solver needs a valid size (the board was checked above).
+		if err := sudokuCheckParams(s.Scale, s.Clues, s.MaxTurns); err != nil {
+			return err
+		}
+		switch sudokuCountSolutions(s.Board, 2) {
+		case 0:
+			return errors.New("board: has no completion, so no solution can be derived from it")
+		case 1:
+			s.Solution = sudokuSolve(s.Board)
+		default:
+			return errMissing("solution", "the board has more than one completion")
+		}
+	}
+	if !has(obj, "init_num_empty") {
+		if s.TurnCount != 0 {
+			return errMissing("init_num_empty", fmt.Sprintf(
+				"with turn_count %d the board may hold placements, so it cannot tell how many cells were empty at the start", s.TurnCount))
+		}
+		s.InitNumEmpty = sudokuCountEmpty(s.Board)
+	}
+	return nil
+}
+
+// sudokuCheckBoard checks that board is scale rows of scale cells, each
+// empty (0) or a digit 1..scale.
+func sudokuCheckBoard(board [][]int, scale int) error {
+	if err := sudokuCheckShape(board, scale); err != nil {
+		return err
+	}
+	for r, row := range board {
+		for c, d := range row {
+			if d < 0 || d > scale {
+				return fmt.Errorf("R%d C%d holds %d, want 0 (empty) to %d", r+1, c+1, d, scale)
+			}
+		}
+	}
+	return nil
+}
+
+// sudokuSolve returns the first completion of grid, which must have one
+// (sudokuCountSolutions(grid, 1) == 1), filling the most constrained empty
+// cell first. grid is not modified.
+func sudokuSolve(grid [][]int) [][]int {
+	out := sudokuCloneGrid(grid)
+	scale := len(out)
+	var solve func() bool
+	solve = func() bool {
+		bestR, bestC, bestN := -1, -1, scale+1
+		var bestDigits []int
+		for r := range scale {
+			for c := range scale {
+				if out[r][c] != 0 {
+					continue
+				}
+				var digits []int
+				for d := 1; d <= scale; d++ {
+					if sudokuIsSafe(out, r, c, d) {
+						digits = append(digits, d)
+					}
+				}
+				if len(digits) < bestN {
+					bestR, bestC, bestN, bestDigits = r, c, len(digits), digits
+				}
+			}
+		}
+		if bestR < 0 {
+			return true // no empty cell left
+		}
+		for _, d := range bestDigits {
+			out[bestR][bestC] = d
+			if solve() {
+				return true
+			}
+		}
+		out[bestR][bestC] = 0
+		return false
+	}
+	solve()
+	return out
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s sudokuState) overlay(obj map[string]json.RawMessage) (sudokuState, error) {
+	next := s
 	// Decode into fresh grids: decoding must not write into the live ones.
-	next.Solution = sudokuCloneGrid(g.s.Solution)
-	next.Board = sudokuCloneGrid(g.s.Board)
+	next.Solution = sudokuCloneGrid(s.Solution)
+	next.Board = sudokuCloneGrid(s.Board)
 	fields := map[string]any{
 		"scale":          &next.Scale,
 		"clues":          &next.Clues,
@@ -493,13 +644,9 @@ func (g *sudoku) Restore(state json.RawMessage) error {
 		"random":         &next.Random,
 	}
 	if err := restoreFields(sudokuFamily, obj, fields); err != nil {
-		return err
+		return sudokuState{}, err
 	}
-	if err := next.validate(); err != nil {
-		return restoreError(sudokuFamily, err)
-	}
-	g.s = next
-	return nil
+	return next, nil
 }
 
 // validate checks the invariants Step, rendering and Instructions rely on,

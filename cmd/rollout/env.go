@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 
@@ -19,40 +21,41 @@ type envFlags struct {
 
 // start builds the env and resets it.
 func (f *envFlags) start() (envs.Env, string, envs.Info, error) {
+	return f.startIn("")
+}
+
+// startIn builds the env and starts an episode: a reset from the seed or,
+// with a state (a JSON object), that state; the seed is then not used.
+func (f *envFlags) startIn(state string) (envs.Env, string, envs.Info, error) {
 	var opts json.RawMessage
 	if f.Options != "" {
 		opts = json.RawMessage(f.Options)
-	}
-	env, err := envs.New(f.Env, opts)
-	if err != nil {
-		return nil, "", nil, err
 	}
 	seed := rand.Uint64()
 	if f.Seed != nil {
 		seed = *f.Seed
 	}
-	obs, info := env.Reset(envs.NewRNG(seed))
-	return env, obs, info, nil
+	env, obs, info, err := envplay.Start(f.Env, opts, seed, json.RawMessage(state))
+	if err != nil && state != "" && !errors.Is(err, envs.ErrUnknownEnv) && !errors.Is(err, envs.ErrBadOption) {
+		return nil, "", nil, fmt.Errorf("--state: %w", err)
+	}
+	return env, obs, info, err
 }
 
 type envCmd struct {
 	envFlags
-	State string `help:"JSON object of hidden state to set after reset (given keys override), e.g. '{\"game_number\": 7}'."`
+	State string `help:"JSON object of the state to start in instead of a reset, e.g. '{\"game_number\": 7}'. A partial state is completed the same way whatever the seed (--seed is not used): keys left out are derived from the keys given, and a key that decides play and cannot be derived is an error naming it (docs/games.md)."`
 }
 
 func (c *envCmd) Run() error {
-	env, obs, info, err := c.start()
+	return c.run(os.Stdin, os.Stdout)
+}
+
+// run plays the env over JSON lines from r to w.
+func (c *envCmd) run(r io.Reader, w io.Writer) error {
+	env, obs, info, err := c.startIn(c.State)
 	if err != nil {
 		return err
 	}
-	if c.State != "" {
-		if err := env.Restore(json.RawMessage(c.State)); err != nil {
-			return fmt.Errorf("--state: %w", err)
-		}
-		obs = env.Instructions()
-		if _, shown := info["suffix"]; shown {
-			info = env.Info() // the restored board, not the one reset drew
-		}
-	}
-	return envplay.JSONL(os.Stdin, os.Stdout, env, obs, info)
+	return envplay.JSONL(r, w, env, obs, info)
 }
