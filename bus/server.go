@@ -72,6 +72,11 @@ type ServerOptions struct {
 
 // StartServer starts an embedded NATS server with JetStream and waits until it
 // accepts connections. The caller owns it and stops it with Shutdown.
+//
+// The server holds its data dir's lock (LockFileName in the dir) until it
+// has shut down: a second server on the same dir, in this process or
+// another, fails with ErrDataDirInUse naming the holder instead of
+// corrupting the store.
 func StartServer(opts ServerOptions) (*server.Server, error) {
 	sopts, err := opts.serverOptions()
 	if err != nil {
@@ -80,11 +85,16 @@ func StartServer(opts ServerOptions) (*server.Server, error) {
 	if err := os.MkdirAll(sopts.StoreDir, 0o755); err != nil {
 		return nil, fmt.Errorf("bus: create data dir: %w", err)
 	}
+	lock, err := lockDataDir(sopts.StoreDir, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 10 * time.Second
 	}
 	s, err := server.NewServer(sopts)
 	if err != nil {
+		lock.unlock()
 		return nil, fmt.Errorf("bus: new server: %w", err)
 	}
 	if opts.Logger != nil {
@@ -93,8 +103,11 @@ func StartServer(opts ServerOptions) (*server.Server, error) {
 	go s.Start()
 	if !s.ReadyForConnections(opts.ReadyTimeout) {
 		s.Shutdown()
+		s.WaitForShutdown()
+		lock.unlock()
 		return nil, fmt.Errorf("%w after %s (data dir %q; check it is writable)", ErrNotReady, opts.ReadyTimeout, sopts.StoreDir)
 	}
+	holdLock(s, lock)
 	return s, nil
 }
 
@@ -145,10 +158,13 @@ func (opts ServerOptions) serverOptions() (*server.Options, error) {
 	return sopts, nil
 }
 
-// Shutdown stops an embedded server and waits for it to finish.
+// Shutdown stops an embedded server, waits for it to finish and releases
+// its data dir's lock. (A server stopped with its own Shutdown method
+// releases the lock a moment after it is done.)
 func Shutdown(s *server.Server) {
 	s.Shutdown()
 	s.WaitForShutdown()
+	releaseLock(s)
 }
 
 // ConnectInProcess connects to an embedded server without TCP. opts, at

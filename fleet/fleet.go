@@ -69,6 +69,9 @@ type Options struct {
 	VLLM []string
 	// Model is the served model name (empty: the server's first).
 	Model string
+	// ModelCheckTimeout bounds the check of each VLLM server before the run
+	// (see CheckModels; default 10s).
+	ModelCheckTimeout time.Duration
 	// LLMMaxInFlight bounds requests per model endpoint (default 64).
 	LLMMaxInFlight int
 	// NATS is an external server URL list; empty runs an embedded server.
@@ -76,7 +79,8 @@ type Options struct {
 	// NATSAuth adds credentials and TLS to the connections to NATS.
 	NATSAuth bus.ConnectOptions
 	// DataDir holds the embedded server's store; empty uses a temp dir that
-	// is removed afterwards.
+	// is removed afterwards. The run holds the dir's lock: a second process
+	// on it fails with bus.ErrDataDirInUse.
 	DataDir string
 	// SubmitOnly submits and collects without starting actors: a fleet of
 	// separate processes does the work.
@@ -93,6 +97,7 @@ type Options struct {
 	// ToyLLM configures the stand-in model (latency, capacity, recording).
 	ToyLLM toyllm.Options
 	// Out receives one trajectory JSON object per line; nil discards.
+	// Nothing is written before the run has started (Summary.Started).
 	Out io.Writer
 	// FailuresOut receives one failure record JSON object per line; nil discards.
 	FailuresOut io.Writer
@@ -142,6 +147,9 @@ type DatasetRow struct {
 	// Sampling overrides of a NeMo Gym item; nil keeps the run's.
 	Temperature, TopP *float64 `json:"-"`
 	MaxTokens         *int32   `json:"-"`
+	// Line is the row's line number in its file (from 1), set by
+	// ParseDataset; errors about the row name it.
+	Line int `json:"-"`
 }
 
 // UnmarshalJSON reads the three row forms. A NeMo Gym item
@@ -161,7 +169,9 @@ func (r *DatasetRow) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return err
 	}
+	line := r.Line
 	*r = DatasetRow(raw.plain)
+	r.Line = line
 	switch {
 	case raw.CreateParams != nil:
 		item := nemogym.Item{CreateParams: *raw.CreateParams}
@@ -202,12 +212,23 @@ func (r *DatasetRow) defaultEnv(id string) {
 
 // Run executes the job and returns its summary. It returns when every
 // submitted episode has ended as a trajectory or a failure, or ctx ends.
+//
+// Before anything is submitted it checks its inputs (envs, dataset rows),
+// the model servers (CheckModels, when VLLM lists any and the actors run
+// here) and takes the data dir: an error then comes with Summary.Started
+// false and nothing written. ExitStatus maps the result to rollout run's
+// exit status.
 func Run(ctx context.Context, opts Options) (Summary, error) {
 	opts.setDefaults()
 	start := time.Now()
 	reqs, err := buildRequests(opts)
 	if err != nil {
 		return Summary{}, err
+	}
+	if !opts.SubmitOnly && len(opts.VLLM) > 0 {
+		if err := CheckModels(ctx, opts.VLLM, opts.Model, opts.ModelCheckTimeout, opts.Logger); err != nil {
+			return Summary{}, err
+		}
 	}
 
 	var stack cleanup
@@ -423,6 +444,9 @@ func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
 			return nil, err
 		}
 	}
+	if err := checkRowEnvs(opts, rows); err != nil {
+		return nil, err
+	}
 	n := opts.NSamples
 	groups := len(rows)
 	switch {
@@ -455,10 +479,10 @@ func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
 			row.Env = envIDs[g%len(envIDs)]
 		}
 		if row.Env == "" {
-			return nil, fmt.Errorf("fleet: dataset row %d names no env and no --env is given", g%max(len(rows), 1)+1)
-		}
-		if _, err := envs.Lookup(row.Env); err != nil && !slices.ContainsFunc(opts.Remote, func(c remoteenv.Config) bool { return c.ID == row.Env }) {
-			return nil, fmt.Errorf("fleet: %w", err)
+			if len(rows) > 0 {
+				return nil, fmt.Errorf("fleet: dataset %s line %d names no env and no --env is given", opts.Dataset, row.Line)
+			}
+			return nil, errors.New("fleet: no env: give --env")
 		}
 		// The n samples of a group share the prompt and so the game instance.
 		envSeed := mix(*opts.Seed, 2*g)
@@ -498,6 +522,37 @@ func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
 	return reqs, nil
 }
 
+// checkRowEnvs checks that every env a dataset row names is known
+// (registered, or one of the run's remote envs); the error names the first
+// row that names an unknown one, by line.
+func checkRowEnvs(opts Options, rows []DatasetRow) error {
+	var bad []DatasetRow
+	var first error
+	for _, row := range rows {
+		if row.Env == "" || slices.ContainsFunc(opts.Remote, func(c remoteenv.Config) bool { return c.ID == row.Env }) {
+			continue
+		}
+		if _, err := envs.Lookup(row.Env); err != nil {
+			if first == nil {
+				first = err
+			}
+			bad = append(bad, row)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	more := ""
+	switch len(bad) {
+	case 1:
+	case 2:
+		more = fmt.Sprintf(" (and line %d)", bad[1].Line)
+	default:
+		more = fmt.Sprintf(" (and %d more rows, the next at line %d)", len(bad)-1, bad[1].Line)
+	}
+	return fmt.Errorf("fleet: dataset %s line %d%s: %w", opts.Dataset, bad[0].Line, more, first)
+}
+
 // ReadDataset reads a JSONL dataset file; every bad line is reported with
 // its number.
 func ReadDataset(path string) ([]DatasetRow, error) {
@@ -519,7 +574,7 @@ func ParseDataset(data []byte) ([]DatasetRow, error) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		var r DatasetRow
+		r := DatasetRow{Line: i + 1}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			return nil, fmt.Errorf("line %d: %w", i+1, err)
 		}

@@ -2,13 +2,13 @@ package fleet
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -37,6 +37,11 @@ type Summary struct {
 	PerEnv map[string]*EnvSummary
 	// FailureReasons counts failures by reason.
 	FailureReasons map[string]int
+	// FailureKinds counts failures by kind (messages.FailureEpisode …).
+	FailureKinds map[string]int
+	// Started reports that the episodes were submitted: a run that returns
+	// an error before has written nothing.
+	Started bool
 	// Groups after dynamic filtering (only when the collector ran here).
 	FilterOn                                     bool
 	GroupsKept, GroupsFiltered, GroupsIncomplete int
@@ -133,17 +138,43 @@ func (s Summary) String() string {
 	if s.GroupsIncomplete > 0 {
 		fmt.Fprintf(&b, " groups_incomplete=%d", s.GroupsIncomplete)
 	}
+	if len(s.FailureKinds) > 0 {
+		fmt.Fprintf(&b, "\n  failure kinds: %s", s.kinds())
+	}
 	if len(s.FailureReasons) > 0 {
-		reasons := make([]string, 0, len(s.FailureReasons))
-		for r := range s.FailureReasons {
-			reasons = append(reasons, r)
-		}
-		sort.Slice(reasons, func(i, j int) bool { return s.FailureReasons[reasons[i]] > s.FailureReasons[reasons[j]] })
-		for _, r := range reasons[:min(3, len(reasons))] {
+		reasons := slices.SortedFunc(maps.Keys(s.FailureReasons), func(a, b string) int {
+			if c := cmp.Compare(s.FailureReasons[b], s.FailureReasons[a]); c != 0 {
+				return c
+			}
+			return strings.Compare(a, b)
+		})
+		for _, r := range reasons[:min(topReasons, len(reasons))] {
 			fmt.Fprintf(&b, "\n  failure x%d: %s", s.FailureReasons[r], r)
+		}
+		if more := len(reasons) - topReasons; more > 0 {
+			fmt.Fprintf(&b, "\n  … and %d more reasons (see --failures-out)", more)
 		}
 	}
 	return b.String()
+}
+
+// topReasons is how many failure reasons the summary names.
+const topReasons = 3
+
+// kinds renders the failure counts by kind, most frequent first:
+// "episode=3 invariant=1".
+func (s Summary) kinds() string {
+	kinds := slices.SortedFunc(maps.Keys(s.FailureKinds), func(a, b string) int {
+		if c := cmp.Compare(s.FailureKinds[b], s.FailureKinds[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s=%d", k, s.FailureKinds[k])
+	}
+	return strings.Join(parts, " ")
 }
 
 // outcome is a raw trajectory or failure message from the output streams.
@@ -160,7 +191,7 @@ func gather(ctx context.Context, opts Options, reqs []*messages.EpisodeRequest, 
 		pending[r.EpisodeID] = true
 	}
 	ours := maps.Clone(pending)
-	sum := Summary{Episodes: len(reqs), FailureReasons: map[string]int{}}
+	sum := Summary{Episodes: len(reqs), FailureReasons: map[string]int{}, FailureKinds: map[string]int{}, Started: true}
 	out := bufio.NewWriterSize(opts.Out, 1<<20)
 	var fout *bufio.Writer
 	var failures io.Writer // stays nil (not a nil *bufio.Writer) when unused
@@ -275,6 +306,10 @@ func (s *Summary) addFailure(data []byte, ours, pending map[string]bool, out io.
 	}
 	s.Failures++
 	s.FailureReasons[f.Reason]++
+	if s.FailureKinds == nil {
+		s.FailureKinds = map[string]int{}
+	}
+	s.FailureKinds[f.Kind]++
 	if f.Env != "" {
 		s.env(f.Env).Failures++
 	}

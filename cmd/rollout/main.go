@@ -2,10 +2,22 @@
 // embedded NATS server with the built-in stand-in model (or real vLLM), play
 // one environment over JSON lines, or serve the stand-in model or a NATS
 // server for a fleet of separate processes.
+//
+// Bad flags exit with status 3 (fleet.ExitStartup) after a one-line error
+// and a pointer to the command's --help; rollout run's exit statuses are
+// fleet's Exit constants (docs/run.md).
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
 	"github.com/alecthomas/kong"
+
+	"github.com/rollfleet/rollfleet/fleet"
 )
 
 type cli struct {
@@ -21,7 +33,51 @@ type cli struct {
 
 func main() {
 	var c cli
-	ctx := kong.Parse(&c, kong.Name("rollout"),
-		kong.Description("rollfleet: multi-turn RL rollouts on NATS"), kong.UsageOnError())
-	ctx.FatalIfErrorf(ctx.Run())
+	parser := kong.Must(&c, kong.Name("rollout"), kong.Description("rollfleet: multi-turn RL rollouts on NATS"))
+	ctx, err := parser.Parse(os.Args[1:])
+	if err != nil {
+		os.Exit(usageError(parser, os.Stderr, err))
+	}
+	parser.FatalIfErrorf(ctx.Run())
+}
+
+// usageError prints a command line's error in one line, with where to find
+// the command's help instead of the whole help page, and returns the exit
+// status.
+func usageError(parser *kong.Kong, w io.Writer, err error) int {
+	fmt.Fprintf(w, "%s: error: %v\n", parser.Model.Name, err)
+	help := parser.Model.Name
+	var perr *kong.ParseError
+	if errors.As(err, &perr) && perr.Context != nil {
+		if node := perr.Context.Selected(); node != nil && strings.HasPrefix(node.FullPath(), help+" ") {
+			help = node.FullPath()
+		}
+	}
+	fmt.Fprintf(w, "see '%s --help'\n", help)
+	return fleet.ExitStartup
+}
+
+// exitError is an error that ends the process with a given status (kong's
+// FatalIfErrorf honours ExitCode); a nil error with status 0 is success.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// ExitCode is the process's exit status.
+func (e *exitError) ExitCode() int { return e.code }
+
+// exitWith returns err ending the process with status code; nil when there
+// is nothing to report.
+func exitWith(code int, err error) error {
+	switch {
+	case err == nil && code == 0:
+		return nil
+	case err == nil:
+		err = fmt.Errorf("exit status %d", code)
+	}
+	return &exitError{code: code, err: err}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -27,9 +28,9 @@ type runCmd struct {
 	Temperature       float64       `default:"1" help:"Sampling temperature."`
 	TopP              float64       `default:"1" help:"Nucleus sampling."`
 	Seed              *uint64       `help:"Seed for a reproducible run (random if unset)."`
-	Out               string        `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout)."`
-	FailuresOut       string        `help:"Also write failure records as JSONL to this file."`
-	Remote            []string      `help:"Also host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
+	Out               string        `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout), replaced only once the run has started."`
+	FailuresOut       string        `help:"Also write failure records as JSONL to this file (replaced as --out is)."`
+	Remote            []string      `sep:"none" help:"Also host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
 	VLLM              []string      `sep:"," help:"vLLM base URL(s); default: the built-in stand-in model."`
 	Model             string        `help:"Served model name (default: the server's first)."`
 	LLMMaxInFlight    int           `default:"64" help:"Most concurrent requests per model server."`
@@ -45,18 +46,41 @@ type runCmd struct {
 	cmdutil.NATSAuth
 }
 
+// Run runs the job and ends with the run's exit status (fleet.ExitStatus):
+// 0 every episode a trajectory, 1 some failed, 2 all failed, 3 the run did
+// not start, 4 it started but did not finish.
 func (c *runCmd) Run() error {
+	sum, err := c.run()
+	status := fleet.ExitStatus(sum, err)
+	if err == nil {
+		if err = sum.Outcome(); err != nil && c.FailuresOut == "" {
+			err = fmt.Errorf("%w; --failures-out FILE keeps their records", err)
+		}
+	}
+	return exitWith(status, c.explain(err))
+}
+
+// explain adds to an error the flags that would mend it.
+func (c *runCmd) explain(err error) error {
+	switch {
+	case errors.Is(err, fleet.ErrNoModelServer), errors.Is(err, fleet.ErrModelNotServed):
+		return fmt.Errorf("%w (check --vllm and --model; without --vllm the built-in stand-in model runs)", err)
+	}
+	return c.Explain(err)
+}
+
+func (c *runCmd) run() (sum fleet.Summary, err error) {
 	cmdutil.TuneGC()
 	if c.SubmitOnly && c.NATS == "" {
-		return fmt.Errorf("--submit-only needs --nats")
+		return sum, errors.New("--submit-only needs --nats")
 	}
 	filter, err := cmdutil.FilterRange(c.Filter, c.FilterRange)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	remote, err := cmdutil.RemoteEnvs(c.Remote)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
@@ -65,30 +89,46 @@ func (c *runCmd) Run() error {
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
-	out := os.Stdout
-	if c.Out != "-" {
-		f, err := os.Create(c.Out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		out = f
-	}
 	opts := fleet.Options{
 		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle, ApplyChatTemplate: c.ApplyChatTemplate,
 		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
 		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
-		Filter: filter, Remote: remote, Out: out, Logger: cmdutil.Logger(c.LogLevel),
+		Filter: filter, Remote: remote, Out: os.Stdout, Logger: cmdutil.Logger(c.LogLevel),
 		ToyLLM: toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent},
 	}
-	if c.FailuresOut != "" {
-		f, err := os.Create(c.FailuresOut)
-		if err != nil {
-			return err
+	// The outputs are written beside their paths and replace them only once
+	// the run has started: a run that fails to start leaves them as they were.
+	var outputs []*fleet.Output
+	defer func() {
+		var closeErr error
+		for _, o := range outputs {
+			if cerr := o.Close(sum.Started); cerr != nil && closeErr == nil {
+				closeErr = cerr
+			}
 		}
-		defer f.Close()
-		opts.FailuresOut = f
+		if sum.Started && closeErr == nil && c.Out != "-" {
+			fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.Trajectories, c.Out)
+		}
+		if err == nil {
+			err = closeErr
+		}
+	}()
+	if c.Out != "-" {
+		o, err := fleet.CreateOutput(c.Out)
+		if err != nil {
+			return sum, err
+		}
+		outputs = append(outputs, o)
+		opts.Out = o
+	}
+	if c.FailuresOut != "" {
+		o, err := fleet.CreateOutput(c.FailuresOut)
+		if err != nil {
+			return sum, err
+		}
+		outputs = append(outputs, o)
+		opts.FailuresOut = o
 	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		var bar *progressbar.ProgressBar
@@ -102,16 +142,12 @@ func (c *runCmd) Run() error {
 			_ = bar.Set(done)
 		}
 	}
-	sum, err := fleet.Run(ctx, opts)
-	if len(sum.PerEnv) > 1 {
-		fmt.Fprint(os.Stderr, sum.Table())
+	sum, err = fleet.Run(ctx, opts)
+	if sum.Started {
+		if len(sum.PerEnv) > 1 {
+			fmt.Fprint(os.Stderr, sum.Table())
+		}
+		fmt.Fprintln(os.Stderr, sum.String())
 	}
-	fmt.Fprintln(os.Stderr, sum.String())
-	if err != nil {
-		return c.Explain(err)
-	}
-	if c.Out != "-" {
-		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.Trajectories, c.Out)
-	}
-	return nil
+	return sum, err
 }
