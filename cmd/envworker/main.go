@@ -18,7 +18,7 @@ type cli struct {
 	Concurrency    int           `default:"256" help:"Most episodes in flight in this process."`
 	Durable        string        `default:"envworker" help:"Shared consumer name."`
 	Env            string        `help:"Host only these envs: a comma-separated list of ids and patterns such as 'game:*' (default: every env). Sets in use must not overlap."`
-	Remote         []string      `help:"Host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
+	Remote         []string      `sep:"none" help:"Host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
 	AckWait        time.Duration `default:"1m" help:"Redelivery timeout of an episode whose worker stopped signalling progress (a crash): it then resumes elsewhere."`
 	MaxDeliver     int           `default:"5" help:"Deliveries of an episode before its failure is recorded."`
 	RequestTimeout time.Duration `default:"180s" help:"Longest wait for one generate or tokenize reply; a request cut off by a crash is retried after it."`
