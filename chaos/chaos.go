@@ -70,6 +70,9 @@ const (
 // report order.
 var ProcessKinds = []Kind{KindEnvWorker, KindLLMWorker, KindCollector, KindModel, KindNATS}
 
+// defaultDiskSize is Config.DiskSize's default.
+const defaultDiskSize = 3584 << 20
+
 // Kinds lists every kind of fault in report order.
 var Kinds = []Kind{KindEnvWorker, KindLLMWorker, KindCollector, KindModel, KindNATS, KindPause, KindDisk, KindForge, KindResubmit}
 
@@ -103,8 +106,9 @@ type Config struct {
 	PauseMin, PauseMax time.Duration
 	// DiskFills is the number of times a NATS data disk fills (default 4).
 	// Each NATS server's data directory is a tmpfs of DiskSize bytes
-	// (default 3 GiB: JetStream reserves the streams' size limits, 2 GiB by
-	// default, within 75% of the free space); a fill writes a file until the
+	// (default 3.5 GiB: JetStream reserves the streams' size limits, 2.25
+	// GiB by default, within 75% of the free space, and the data dir holds
+	// a lock file besides); a fill writes a file until the
 	// file system is full, keeps it for a time drawn from [DiskHold/2,
 	// DiskHold] (default 15s) and deletes it. Mounting needs root on Linux;
 	// elsewhere the kind is skipped with a note.
@@ -232,7 +236,7 @@ func (c *Config) setDefaults() {
 		c.PauseMax = max(c.AckWait*5/2, c.PauseMin)
 	}
 	if c.DiskSize <= 0 {
-		c.DiskSize = 3 << 30
+		c.DiskSize = defaultDiskSize
 	}
 	if c.DiskHold <= 0 {
 		c.DiskHold = 15 * time.Second

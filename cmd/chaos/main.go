@@ -39,7 +39,7 @@ type cli struct {
 	PauseMin       time.Duration `help:"Shortest pause (default 1.5 times --ack-wait)."`
 	PauseMax       time.Duration `help:"Longest pause (default 2.5 times --ack-wait)."`
 	DiskFills      int           `default:"4" help:"Times a NATS data disk (a tmpfs; needs root on Linux) fills and frees."`
-	DiskSizeMiB    int64         `name:"disk-size-mib" default:"3072" help:"Size of each NATS data tmpfs in MiB (JetStream must fit the streams' size limits into 75% of it)."`
+	DiskSizeMiB    int64         `name:"disk-size-mib" default:"3584" help:"Size of each NATS data tmpfs in MiB (JetStream must fit the streams' size limits, 2,304 MiB by default, into 75% of its free space)."`
 	DiskHold       time.Duration `default:"15s" help:"Longest time a disk stays full (each hold is drawn from half of it to all of it)."`
 	RecoverWait    time.Duration `default:"30s" help:"Time a NATS server gets after its disk is freed to serve JetStream again by itself before the harness restarts it."`
 	Forgeries      int           `default:"20" help:"Forged step events, each on its own live episode, cycling through the variants."`
