@@ -30,7 +30,7 @@ const watchMinFree = 8 << 20
 // takes messages again without a manual restart, with everything stored
 // before intact. It needs root (it mounts a tmpfs).
 func TestStoreWatchDiskFull(t *testing.T) {
-	dir := mountTmpfs(t, "4m")
+	dir := bustest.MountTmpfs(t, "4m")
 	st := startWatched(t, dir, true)
 	st.createStream(t)
 	// Something else fills the disk: JetStream's own limit (set from the
@@ -50,7 +50,7 @@ func TestStoreWatchDiskFull(t *testing.T) {
 // "insufficient resources", and keeps refusing them after the disk has
 // grown, until JetStream restarts.
 func TestStoreWatchStoreLimit(t *testing.T) {
-	dir := mountTmpfs(t, "4m")
+	dir := bustest.MountTmpfs(t, "4m")
 	st := startWatched(t, dir, true)
 	st.createStream(t)
 	acked, err := st.publishUntilRefused(t)
@@ -67,7 +67,7 @@ func TestStoreWatchStoreLimit(t *testing.T) {
 // running server (its files closed: Linux refuses to remount a file system
 // read-only while files on it are open for writing), then read-write again.
 func TestStoreWatchReadOnly(t *testing.T) {
-	dir := mountTmpfs(t, "64m")
+	dir := bustest.MountTmpfs(t, "64m")
 	// A first server stores some messages and stops, so that the second
 	// starts with no file open for writing.
 	first := startWatched(t, dir, false)
@@ -260,26 +260,6 @@ func (w *watched) checkRecovered(t *testing.T, seqs []uint64) {
 	} else {
 		t.Logf("watchdog log:\n%s", strings.Join(lines, "\n"))
 	}
-}
-
-// mountTmpfs mounts a tmpfs of the given size on a fresh directory until
-// the test ends; it skips the test where mounting is not permitted.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts a tmpfs as the store's file system")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v): needs root with mount permitted", err)
-	}
-	// Registered before the servers are started, so run after they stop.
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
 }
 
 // remount changes the tmpfs at dir: data "size=64m" grows it, flags

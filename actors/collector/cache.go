@@ -119,10 +119,16 @@ func (c *cache) request(id string, key runKey) *messages.EpisodeRequest {
 	if e == nil {
 		return nil
 	}
-	if s, ok := e.runs[key][0]; ok {
+	return requestOf(e.runs, key)
+}
+
+// requestOf returns the episode request carried by turn 0 of the given run,
+// or of any run.
+func requestOf(runs map[runKey]run, key runKey) *messages.EpisodeRequest {
+	if s, ok := runs[key][0]; ok {
 		return s.ev.Episode
 	}
-	for _, r := range e.runs {
+	for _, r := range runs {
 		if s, ok := r[0]; ok {
 			return s.ev.Episode
 		}

@@ -384,7 +384,7 @@ func (c *Collector) decide(ctx context.Context, key runKey, s stored) error {
 			if err != nil {
 				return err
 			}
-			p.req = ep.request(key)
+			p.req = requestOf(ep.runs, key)
 		}
 		p.apply(ev)
 		return c.record(ctx, id, key.String(), p)
@@ -668,19 +668,6 @@ func (c *Collector) getStep(ctx context.Context, seq uint64, subject string) (*j
 // storedEpisode is an episode's steps as the stream holds them, by run.
 type storedEpisode struct {
 	runs map[runKey]run
-}
-
-// request returns the episode request of the given run, or of any run.
-func (e *storedEpisode) request(key runKey) *messages.EpisodeRequest {
-	if s, ok := e.runs[key][0]; ok {
-		return s.ev.Episode
-	}
-	for _, r := range e.runs {
-		if s, ok := r[0]; ok {
-			return s.ev.Episode
-		}
-	}
-	return nil
 }
 
 // readEpisode reads every stored step of an episode. A message that cannot

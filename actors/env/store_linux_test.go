@@ -29,7 +29,7 @@ import (
 // root (it mounts a tmpfs).
 func TestDiskFull(t *testing.T) {
 	const episodes = 12
-	dir := mountTmpfs(t, "64m")
+	dir := bustest.MountTmpfs(t, "64m")
 	s, sopts := runServerOn(t, filepath.Join(dir, "store"))
 	watchStore(t, s, sopts)
 	srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: 2 * time.Millisecond}).Handler())
@@ -93,26 +93,6 @@ func watchStore(t *testing.T, s *server.Server, sopts bus.ServerOptions) {
 		}
 	})
 	t.Cleanup(func() { cancel(); wg.Wait() })
-}
-
-// mountTmpfs mounts a tmpfs of the given size on a fresh directory until
-// the test ends; it skips the test where mounting is not permitted.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts a tmpfs as the store's file system")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v): needs root with mount permitted", err)
-	}
-	// Registered before the server starts, so it runs after the server stops.
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
 }
 
 // fillDisk writes a file into dir until the file system is full.
