@@ -85,7 +85,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	w.live.Store(ep, msg)
 	defer w.live.Delete(ep)
 	if ep.attempt > int32(w.opts.MaxDeliver) {
-		err = ep.giveUp(ctx)
+		err = ep.giveUpOrRun(ctx)
 	} else {
 		err = ep.runSafely(ctx)
 	}
@@ -97,7 +97,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		}
 		return
 	}
-	lastTry := ep.attempt >= int32(w.opts.MaxDeliver)
+	lastTry := ep.attempt >= w.allowed(ep.turn)
 	if err != nil && !errors.Is(err, errEpisode) && !errors.Is(err, errStopped) && lastTry {
 		// JetStream will not deliver it again: record the outcome now, or
 		// the episode would end with none.
@@ -123,17 +123,31 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	}
 }
 
-// giveUp ends an episode delivered more often than allowed: the last allowed
-// delivery ended without an outcome (its worker stopped or was cut off), so
-// one is recorded now instead of playing once more — unless an earlier run
-// finished after all.
-func (e *episode) giveUp(ctx context.Context) error {
+// allowed is how many deliveries an episode gets once its runs have stored
+// the given number of turns: --max-deliver, plus one per stored turn. An
+// episode whose workers keep dying under it still finishes as long as it
+// makes progress (each delivery resumes where the last stopped), while one
+// that brings its worker down at the same turn every time (a poison
+// episode) still ends, after --max-deliver deliveries without progress.
+func (w *Worker) allowed(storedTurns int32) int32 {
+	return int32(w.opts.MaxDeliver) + max(storedTurns, 0)
+}
+
+// giveUpOrRun handles a delivery beyond --max-deliver: it plays on when the
+// episode's runs made progress enough to allow it (see allowed); otherwise
+// the last allowed delivery ended without an outcome (its worker stopped or
+// was cut off), so one is recorded now instead of playing once more —
+// unless an earlier run finished after all.
+func (e *episode) giveUpOrRun(ctx context.Context) error {
 	prior, err := e.loadPriorRun(ctx)
 	if err != nil {
 		return err
 	}
 	if prior != nil && prior.decided {
 		return errDecided
+	}
+	if prior != nil && e.attempt <= e.w.allowed(int32(len(prior.steps))) {
+		return e.runSafely(ctx)
 	}
 	return fmt.Errorf("%w: %s", errEpisode, e.w.giveUpReason(e.req.EpisodeID, e.attempt-1))
 }

@@ -381,21 +381,81 @@ func TestLoadPriorRun(t *testing.T) {
 	}
 }
 
-// TestDeliveriesBeyondTheLimit: a worker dies during an episode's last
-// allowed delivery; the next delivery records the failure at once instead
-// of leaving the episode with no outcome.
+// TestDeliveriesBeyondTheLimit: a delivery beyond --max-deliver records the
+// episode's failure at once when its runs stored no turn (the worker died
+// before the first one each time, as under a poison episode), but plays on
+// when they made progress: each stored turn allows one delivery more.
 func TestDeliveriesBeyondTheLimit(t *testing.T) {
-	s := bustest.RunServer(t)
-	srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: 5 * time.Millisecond}).Handler())
-	t.Cleanup(srv.Close)
-	js, coll, ctx, start := resumeHarness(t, s, srv.URL)
-	opts := Options{Concurrency: 4, AckWait: time.Second, MaxDeliver: 1}
-	dieMidway(ctx, t, s, opts, func() {
-		submitEpisodes(t, js, 1, messages.ObsChat)
-		waitSteps(t, js, 1)
+	t.Run("no progress", func(t *testing.T) {
+		s := bustest.RunServer(t)
+		srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: 5 * time.Millisecond}).Handler())
+		t.Cleanup(srv.Close)
+		js, coll, ctx, start := resumeHarness(t, s, srv.URL)
+		opts := Options{Concurrency: 4, AckWait: time.Second, MaxDeliver: 1}
+		dieMidway(ctx, t, s, opts, func() {
+			submitEpisodes(t, js, 1, messages.ObsChat)
+			waitDelivered(t, js)
+		})
+		purgeSteps(t, js) // whatever the dead worker stored, the next delivery finds no progress
+		startWorker(t, s, "env-b", opts, start)
+		f := nextFailure(t, js, coll)
+		if f.EpisodeID != "ep-00" || !strings.Contains(f.Reason, "gave up after 1 deliveries without an outcome") {
+			t.Fatalf("failure %+v", f)
+		}
 	})
-	startWorker(t, s, "env-b", opts, start)
-	cons, err := js.OrderedConsumer(ctx, messages.NewSubjects("").StreamFailures(), jetstream.OrderedConsumerConfig{})
+	t.Run("progress", func(t *testing.T) {
+		s := bustest.RunServer(t)
+		srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: 5 * time.Millisecond}).Handler())
+		t.Cleanup(srv.Close)
+		js, coll, ctx, start := resumeHarness(t, s, srv.URL)
+		opts := Options{Concurrency: 4, AckWait: time.Second, MaxDeliver: 1}
+		dieMidway(ctx, t, s, opts, func() {
+			submitEpisodes(t, js, 1, messages.ObsChat)
+			waitSteps(t, js, 1)
+		})
+		b := startWorker(t, s, "env-b", opts, start)
+		if resumed := checkOutcomes(t, js, messages.NewSubjects(""), coll, 1); resumed != 1 || b.Stats().Resumed != 1 {
+			t.Fatalf("the second delivery did not resume: %d resumed, worker %+v", resumed, b.Stats())
+		}
+	})
+}
+
+// waitDelivered waits until the env workers' consumer has an episode
+// delivered and not yet acknowledged.
+func waitDelivered(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	subj := messages.NewSubjects("")
+	st, err := js.Stream(context.Background(), subj.StreamEpisodes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		lister := st.ListConsumers(context.Background())
+		for ci := range lister.Info() {
+			if ci.NumAckPending > 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("no episode delivered yet")
+	})
+}
+
+// purgeSteps empties the steps stream.
+func purgeSteps(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	st, err := js.Stream(context.Background(), messages.NewSubjects("").StreamSteps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextFailure waits for the next failure record.
+func nextFailure(t *testing.T, js jetstream.JetStream, coll *collector.Collector) *messages.Failure {
+	t.Helper()
+	cons, err := js.OrderedConsumer(context.Background(), messages.NewSubjects("").StreamFailures(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,9 +467,7 @@ func TestDeliveriesBeyondTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.EpisodeID != "ep-00" || !strings.Contains(f.Reason, "gave up after 1 deliveries without an outcome") {
-		t.Fatalf("failure %+v", f)
-	}
+	return f
 }
 
 // TestResubmittedEpisode submits every episode twice without a message id,

@@ -50,10 +50,12 @@ type Options struct {
 	// worker that stops doing so (a crash) loses its episodes to another
 	// (default 1m).
 	AckWait time.Duration
-	// MaxDeliver is how often an episode is delivered before its failure is
-	// recorded instead of handing it back once more (default 5). A delivery
-	// beyond it (its worker died during the last one) records the failure
-	// at once.
+	// MaxDeliver is how often an episode is delivered without progress
+	// before its failure is recorded instead of handing it back once more
+	// (default 5): each turn its runs have stored allows one delivery more,
+	// so only an episode that keeps ending at the same turn gives up. A
+	// delivery beyond the allowance (its worker died during the last one)
+	// records the failure at once.
 	MaxDeliver int
 	// RetryDelay is how long a handed-back episode waits, times its
 	// delivery count, capped at 30s (default 1s).
