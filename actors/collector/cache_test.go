@@ -1,11 +1,13 @@
 package collector
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -78,5 +80,49 @@ func TestGroupsBounded(t *testing.T) {
 	f.settled(t, "collector")
 	if st := c.Stats(); st.GroupsKept != 4 {
 		t.Fatalf("stats %+v, want the 4 newest groups kept", st)
+	}
+}
+
+// TestFullGroupsStreamHoldsTheGroup: a group the groups stream refuses
+// (full, nobody reading) is retried until the stream takes it, never
+// dropped after one attempt.
+func TestFullGroupsStreamHoldsTheGroup(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	ctx := context.Background()
+	st, err := f.js.Stream(ctx, f.subj.StreamGroups())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	full := cfg
+	full.MaxMsgs = 1
+	if _, err := f.js.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	// One group fills the stream; the second is refused until it has room.
+	c := f.start(t, Options{})
+	f.publish(t, oneTurn(request("fg-1", "fg-1", 0, 1), 1))
+	f.settled(t, "collector")
+	f.publish(t, oneTurn(request("fg-2", "fg-2", 0, 1), 1))
+	bustest.CheckFor(t, waitTimeout, 10*time.Millisecond, func() error {
+		if st := c.Stats(); st.Trajectories != 2 {
+			return fmt.Errorf("stats %+v", st)
+		}
+		return nil
+	})
+	if st := c.Stats(); st.GroupsKept != 1 {
+		t.Fatalf("stats %+v: the second group was not held back", st)
+	}
+	if _, err := f.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, waitTimeout, 10*time.Millisecond, func() error {
+		if st := c.Stats(); st.GroupsKept != 2 {
+			return fmt.Errorf("stats %+v", st)
+		}
+		return nil
+	})
+	if got := len(f.outputs(t).groups); got != 2 {
+		t.Fatalf("%d groups stored, want 2", got)
 	}
 }

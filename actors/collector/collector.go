@@ -154,6 +154,9 @@ type Collector struct {
 	groupOrder *list.List
 	groupBytes int64
 	groupWarn  every
+	// halt closes when Run's context ends: retries that could wait forever
+	// (a group the stream keeps refusing) give up then.
+	halt <-chan struct{}
 	// decisions is the stream of episodes' decisions, set by Run.
 	decisions jetstream.Stream
 	purgeWarn every
@@ -271,6 +274,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	// have their outcomes published (each publish is bounded by bus.Publish)
 	// instead of failing and coming back to another collector.
 	work := context.WithoutCancel(ctx)
+	c.halt = ctx.Done()
 	// Consume delivers serially on one goroutine.
 	cc, err := cons.Consume(func(m jetstream.Msg) { c.handle(work, m) },
 		jetstream.PullMaxMessages(1024), jetstream.PullPriorityGroup(pinGroup),
@@ -795,11 +799,38 @@ func (c *Collector) addToGroup(ctx context.Context, p *partial, t *messages.Traj
 		return
 	}
 	grp := &messages.Group{V: messages.Version, GroupID: req.GroupID, Env: g.env, MeanScore: mean, Trajectories: g.trajs}
-	if err := c.publish(ctx, c.opts.Subjects.Groups(g.env), grp, req.GroupID); err != nil {
-		c.log.Error("publish group", "group", req.GroupID, "err", err)
+	if err := c.publishGroup(ctx, grp); err != nil {
+		c.log.Error("group not published", "group", req.GroupID, "err", err)
 		return
 	}
 	c.count(func(s *Stats) { s.Groups++; s.GroupsKept++ })
+}
+
+// publishGroup publishes a complete group, retrying with growing delays
+// (1 s to 30 s, one log line a minute) while the groups stream refuses it —
+// full, with no consumer reading, say — rather than dropping it: the
+// collector then stops taking steps, which holds the fleet back visibly
+// instead of losing the group. It gives up only on a group too large to
+// publish, or when the collector stops (groups live in its memory).
+func (c *Collector) publishGroup(ctx context.Context, grp *messages.Group) error {
+	delay := time.Second
+	for {
+		err := c.publish(ctx, c.opts.Subjects.Groups(grp.Env), grp, grp.GroupID)
+		if err == nil || errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
+			return err
+		}
+		if c.groupWarn.allow(time.Now()) {
+			c.log.Warn("groups stream refuses a group (full, with no consumer reading?); retrying", "group", grp.GroupID, "retry_in", delay, "err", err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-c.halt:
+			t.Stop()
+			return fmt.Errorf("collector stopping: %w", err)
+		}
+		delay = min(2*delay, 30*time.Second)
+	}
 }
 
 // recent is a bounded set of recently finished episode ids, so redelivered
