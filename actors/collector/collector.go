@@ -547,7 +547,6 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 	} else if err := c.publish(ctx, c.opts.Subjects.Failures(out.failure.Kind), out.failure, messages.TrajectoryMsgID(id)); err != nil {
 		return err
 	}
-	c.purge(ctx, id)
 	c.finish(id)
 	c.count(func(s *Stats) {
 		if out.traj != nil {
@@ -563,6 +562,9 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 		c.log.Warn("episode failed", "episode", id, "kind", out.failure.Kind, "reason", out.failure.Reason)
 	}
 	c.addToGroup(ctx, p, out.traj)
+	// Last: purging the steps also ends their pending deliveries, the
+	// terminal step's included, so from here on the episode looks handled.
+	c.purge(ctx, id)
 	return nil
 }
 
