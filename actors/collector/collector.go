@@ -154,6 +154,10 @@ type Collector struct {
 	groupOrder *list.List
 	groupBytes int64
 	groupWarn  every
+	// settleWarn limits the log of failed outcomes; settleFails counts them
+	// between two lines (consume goroutine only).
+	settleWarn  every
+	settleFails int
 	// halt closes when Run's context ends: retries that could wait forever
 	// (a group the stream keeps refusing) give up then.
 	halt <-chan struct{}
@@ -501,7 +505,13 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 func (c *Collector) settle(m jetstream.Msg, err error, term bool) {
 	switch {
 	case err != nil:
-		c.log.Error("recording outcome failed; will retry on redelivery", "subject", m.Subject(), "err", err)
+		// Every terminal step fails alike while a stream refuses outcomes:
+		// one line a minute, with how many failed since, not one per step.
+		c.settleFails++
+		if c.settleWarn.allow(time.Now()) {
+			c.log.Error("recording outcome failed; will retry on redelivery", "subject", m.Subject(), "failures_since_last_line", c.settleFails, "err", err)
+			c.settleFails = 0
+		}
 		_ = m.NakWithDelay(time.Second)
 	case term:
 		_ = m.Term()
