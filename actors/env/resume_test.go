@@ -386,34 +386,32 @@ func TestLoadPriorRun(t *testing.T) {
 // before the first one each time, as under a poison episode), but plays on
 // when they made progress: each stored turn allows one delivery more.
 func TestDeliveriesBeyondTheLimit(t *testing.T) {
-	t.Run("no progress", func(t *testing.T) {
+	opts := Options{Concurrency: 4, AckWait: time.Second, MaxDeliver: 1}
+	// firstDies runs a worker that dies once wait has returned, then a
+	// second worker, over one episode.
+	firstDies := func(t *testing.T, wait func(jetstream.JetStream), between func(jetstream.JetStream)) (jetstream.JetStream, *collector.Collector, *Worker) {
 		s := bustest.RunServer(t)
 		srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: 5 * time.Millisecond}).Handler())
 		t.Cleanup(srv.Close)
 		js, coll, ctx, start := resumeHarness(t, s, srv.URL)
-		opts := Options{Concurrency: 4, AckWait: time.Second, MaxDeliver: 1}
 		dieMidway(ctx, t, s, opts, func() {
 			submitEpisodes(t, js, 1, messages.ObsChat)
-			waitDelivered(t, js)
+			wait(js)
 		})
-		purgeSteps(t, js) // whatever the dead worker stored, the next delivery finds no progress
-		startWorker(t, s, "env-b", opts, start)
+		between(js)
+		return js, coll, startWorker(t, s, "env-b", opts, start)
+	}
+	t.Run("no progress", func(t *testing.T) {
+		js, coll, _ := firstDies(t, func(js jetstream.JetStream) { waitDelivered(t, js) },
+			// whatever the dead worker stored, the next delivery finds no progress
+			func(js jetstream.JetStream) { purgeSteps(t, js) })
 		f := nextFailure(t, js, coll)
 		if f.EpisodeID != "ep-00" || !strings.Contains(f.Reason, "gave up after 1 deliveries without an outcome") {
 			t.Fatalf("failure %+v", f)
 		}
 	})
 	t.Run("progress", func(t *testing.T) {
-		s := bustest.RunServer(t)
-		srv := httptest.NewServer(toyllm.New(toyllm.Options{TokenLatency: 5 * time.Millisecond}).Handler())
-		t.Cleanup(srv.Close)
-		js, coll, ctx, start := resumeHarness(t, s, srv.URL)
-		opts := Options{Concurrency: 4, AckWait: time.Second, MaxDeliver: 1}
-		dieMidway(ctx, t, s, opts, func() {
-			submitEpisodes(t, js, 1, messages.ObsChat)
-			waitSteps(t, js, 1)
-		})
-		b := startWorker(t, s, "env-b", opts, start)
+		js, coll, b := firstDies(t, func(js jetstream.JetStream) { waitSteps(t, js, 1) }, func(jetstream.JetStream) {})
 		if resumed := checkOutcomes(t, js, messages.NewSubjects(""), coll, 1); resumed != 1 || b.Stats().Resumed != 1 {
 			t.Fatalf("the second delivery did not resume: %d resumed, worker %+v", resumed, b.Stats())
 		}
