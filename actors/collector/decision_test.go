@@ -52,6 +52,18 @@ func (f *fixture) idle(t *testing.T) *Collector {
 	return c
 }
 
+// twoRuns is two runs of one episode: run 1 (attempt 1) plays threeTurns to
+// its end, run 2 (attempt 2, another delivery) fails at errorTurn.
+func twoRuns(errorTurn int32) (run1 []*messages.StepEvent, run2 *messages.StepEvent, want *messages.Trajectory) {
+	run1, want = threeTurns()
+	for _, ev := range run1 {
+		ev.Request, ev.Attempt, ev.Run = 7, 1, "a"
+	}
+	run2 = errorStep(run1[0].Episode, errorTurn, "env error")
+	run2.Request, run2.Attempt, run2.Run = 7, 2, "b"
+	return run1, run2, want
+}
+
 // outcomesOf counts the records naming an episode.
 func outcomesOf(o outputs, id string) (n int) {
 	for _, tr := range o.trajs {
@@ -86,12 +98,7 @@ func TestOneDecisionPerEpisode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, bus.ServerOptions{})
-			steps, want := threeTurns()
-			for _, ev := range steps {
-				ev.Request, ev.Attempt, ev.Run = 7, 1, "a"
-			}
-			failed := errorStep(steps[0].Episode, 1, "env error")
-			failed.Request, failed.Attempt, failed.Run = 7, 2, "b"
+			steps, failed, want := twoRuns(1)
 			f.publish(t, append(steps, failed)...)
 			f.publishRaw(t, f.subj.Steps(want.EpisodeID), []byte("garbage"))
 			msgs := f.deliveries(t, 5)
@@ -123,12 +130,7 @@ func TestOneDecisionPerEpisode(t *testing.T) {
 // later run's terminal changes nothing.
 func TestDecisionWithoutOutcome(t *testing.T) {
 	f := newFixture(t, bus.ServerOptions{})
-	steps, want := threeTurns()
-	for _, ev := range steps {
-		ev.Request, ev.Attempt, ev.Run = 7, 1, "a"
-	}
-	failed := errorStep(steps[0].Episode, 0, "env error")
-	failed.Request, failed.Attempt, failed.Run = 7, 2, "b"
+	steps, failed, want := twoRuns(0)
 	f.publish(t, append(steps, failed)...)
 	ctx := context.Background()
 	dead := f.idle(t)
