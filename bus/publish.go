@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,6 +12,27 @@ import (
 
 // ErrTooLarge means a message exceeds the server's maximum payload.
 var ErrTooLarge = errors.New("bus: message exceeds the server's max payload")
+
+// ErrStreamFull means the stream refused a message because it holds its
+// maximum bytes or messages (DiscardNew): for a work-queue stream, nobody is
+// consuming what it holds. The condition passes when a reader catches up,
+// so a publisher backs off and tries again.
+var ErrStreamFull = errors.New("bus: stream full")
+
+// jsStreamStoreFailed is the JetStream API error code of a store refused
+// by the stream, with the store's reason as its description.
+const jsStreamStoreFailed = 10077
+
+// streamFull reports whether err is a stream's refusal for being full.
+func streamFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsStreamStoreFailed {
+		return false
+	}
+	d := apiErr.Description
+	return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded") ||
+		strings.Contains(d, "maximum messages per subject exceeded")
+}
 
 // Publish stores one message in JetStream and waits for the acknowledgement.
 // msgID, when set, makes a repeat inside the stream's duplicate window a
@@ -34,6 +56,9 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 		// Headers count too, so a message just under the limit can still be
 		// refused by the client: the same permanent condition.
 		return fmt.Errorf("%w: %s: %v", ErrTooLarge, subject, err)
+	}
+	if streamFull(err) {
+		return fmt.Errorf("%w: publish %s: %w", ErrStreamFull, subject, err)
 	}
 	if err != nil {
 		return fmt.Errorf("bus: publish %s: %w", subject, err)

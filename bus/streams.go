@@ -20,7 +20,10 @@ type StreamOptions struct {
 	// enough to rebuild or resume any live episode, short enough not to grow
 	// without bound.
 	StepsMaxAge time.Duration
-	// OutputMaxAge bounds trajectories, groups and failures (default 7 days).
+	// OutputMaxAge bounds how long a trajectory, group or failure record
+	// waits for its reader (default 7 days). The output streams are work
+	// queues: a record is gone once its reader acknowledges it, so in a
+	// running job this age is never reached.
 	OutputMaxAge time.Duration
 	// DecidedMaxAge bounds how long an episode's decision is kept (default
 	// 1h): any later step, redelivery or re-submission of a decided episode
@@ -30,11 +33,12 @@ type StreamOptions struct {
 	// DuplicateWindow is the publish dedup window (default 10 minutes).
 	DuplicateWindow time.Duration
 	// MaxBytes bounds each stream's size (default 256 MiB each; the steps
-	// stream, which holds every token of every live episode, 1 GiB). The
-	// server reserves these sizes on disk; raise them for long runs. A full
-	// stream refuses new messages (DiscardNew): the publisher gets an error
-	// and retries or reports it, and nothing stored is silently dropped.
-	// -1 means unlimited.
+	// stream, which holds every token of every live episode, 1 GiB). Each
+	// stream holds only work not yet consumed (undecided episodes' steps,
+	// outcomes not yet acknowledged by their reader), so the bounds limit
+	// what may wait, not how long a job may run. A full stream refuses new
+	// messages (DiscardNew, see ErrStreamFull): the publisher backs off and
+	// retries, and nothing stored is silently dropped. -1 means unlimited.
 	MaxBytes, StepsMaxBytes int64
 }
 
@@ -89,13 +93,21 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 	// refusing the collector.
 	decided := limits(subj.StreamDecided(), subj.DecidedAll(), opts.DecidedMaxAge)
 	decided.Discard = jetstream.DiscardOld
+	// Outcomes are work queues too: a record is kept until its reader (the
+	// trainer, or rollout run's writer) acknowledges it, and then freed, so
+	// the streams hold what waits to be read, not everything ever made.
+	output := func(name, subject string) jetstream.StreamConfig {
+		cfg := limits(name, subject, opts.OutputMaxAge)
+		cfg.Retention = jetstream.WorkQueuePolicy
+		return cfg
+	}
 	return []jetstream.StreamConfig{
 		episodes,
 		steps,
 		decided,
-		limits(subj.StreamTrajectories(), subj.TrajectoriesAll(), opts.OutputMaxAge),
-		limits(subj.StreamGroups(), subj.GroupsAll(), opts.OutputMaxAge),
-		limits(subj.StreamFailures(), subj.FailuresAll(), opts.OutputMaxAge),
+		output(subj.StreamTrajectories(), subj.TrajectoriesAll()),
+		output(subj.StreamGroups(), subj.GroupsAll()),
+		output(subj.StreamFailures(), subj.FailuresAll()),
 	}
 }
 
@@ -122,8 +134,15 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, subj messages.Su
 		if err != nil {
 			return fmt.Errorf("bus: stream %s: %w", cfg.Name, err)
 		}
-		if have := st.CachedInfo().Config.Replicas; have != cfg.Replicas {
-			mismatched = append(mismatched, fmt.Sprintf("%s has %d replicas, not %d", cfg.Name, have, cfg.Replicas))
+		have := st.CachedInfo().Config
+		if have.Replicas != cfg.Replicas {
+			mismatched = append(mismatched, fmt.Sprintf("%s has %d replicas, not %d", cfg.Name, have.Replicas, cfg.Replicas))
+		}
+		if have.Retention != cfg.Retention {
+			// Made by an older rollfleet: JetStream cannot change a
+			// stream's retention, and a limits stream never frees what
+			// its readers consumed.
+			mismatched = append(mismatched, fmt.Sprintf("%s has %s retention, not %s (recreate it, or use a new data dir)", cfg.Name, have.Retention, cfg.Retention))
 		}
 	}
 	if len(mismatched) > 0 {

@@ -124,7 +124,7 @@ func (h *harness) forge(ctx context.Context, id string, st liveEpisode, variant 
 		if err != nil {
 			return detail, err
 		}
-		m := &nats.Msg{Subject: h.subj.Steps(id), Data: data, Header: nats.Header{forgedHeader: []string{forgeries[variant]}}}
+		m := &nats.Msg{Subject: h.subj.Steps(h.reqs[id].RunID, id), Data: data, Header: nats.Header{forgedHeader: []string{forgeries[variant]}}}
 		seq, err := h.publish(ctx, m, "", retries)
 		if err != nil {
 			return detail, err
@@ -146,7 +146,7 @@ func (h *harness) resubmit(ctx context.Context, id string, finished bool, i int,
 	if err != nil {
 		return "", err
 	}
-	seq, err := h.publish(ctx, &nats.Msg{Subject: h.subj.Episodes(r.Env), Data: data}, "", retries)
+	seq, err := h.publish(ctx, &nats.Msg{Subject: h.subj.Episodes(r.RunID, r.Env), Data: data}, "", retries)
 	state := "in flight"
 	if finished {
 		state = "finished"

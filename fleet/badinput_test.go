@@ -54,7 +54,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := startActors(ctx, &stack, opts, connect); err != nil {
+	if _, err := startActors(ctx, &stack, opts, "", connect); err != nil {
 		t.Fatal(err)
 	}
 	return &harness{nc: nc, js: js, subj: subj}
@@ -73,10 +73,12 @@ func (h *harness) submit(t *testing.T, req *messages.EpisodeRequest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.publish(t, h.subj.Episodes(req.Env), data)
+	h.publish(t, h.subj.Episodes(req.RunID, req.Env), data)
 }
 
-// next waits, with a deadline, for the first message on stream that match accepts.
+// next waits, with a deadline, for the first message stored on stream
+// that match accepts. It reads the stream directly: the output streams are
+// work queues, and nothing here consumes them.
 func next[T any, P interface {
 	*T
 	Validate() error
@@ -84,16 +86,25 @@ func next[T any, P interface {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cons, err := h.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	st, err := h.js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		m, err := cons.Next(jetstream.FetchContext(ctx))
+	for seq := uint64(1); ; {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("waiting on %s: %v", stream, ctx.Err())
+			case <-time.After(20 * time.Millisecond): // polling, with the deadline above
+			}
+			continue
+		}
 		if err != nil {
 			t.Fatalf("waiting on %s: %v", stream, err)
 		}
-		v, err := messages.Decode[T, P](m.Data())
+		seq = m.Sequence + 1
+		v, err := messages.Decode[T, P](m.Data)
 		if err == nil && match(v) {
 			return v
 		}
@@ -153,7 +164,7 @@ func TestMalformedMessages(t *testing.T) {
 	valid := mutated(func(*messages.EpisodeRequest) {})
 	var step bytes.Buffer
 	step.Write(mutated(func(r *messages.EpisodeRequest) { r.V = messages.Version + 1 }))
-	gtn := h.subj.Episodes("game:GuessTheNumber-v0")
+	gtn := h.subj.Episodes("", "game:GuessTheNumber-v0")
 	for _, tc := range []struct {
 		name, subject string
 		data          []byte
@@ -167,7 +178,7 @@ func TestMalformedMessages(t *testing.T) {
 		{"NaN temperature", gtn, mutated(func(r *messages.EpisodeRequest) { r.Sampling.Temperature = math.NaN() }), "temperature"},
 		{"top_p above 1", gtn, mutated(func(r *messages.EpisodeRequest) { r.Sampling.TopP = 7 }), "top_p"},
 		{"unknown obs style", gtn, mutated(func(r *messages.EpisodeRequest) { r.ObsStyle = "telepathy" }), "obs_style"},
-		{"garbage step", h.subj.Steps("nobody"), garbage, "StepEvent"},
+		{"garbage step", h.subj.Steps("", "nobody"), garbage, "StepEvent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.publish(t, tc.subject, tc.data)

@@ -222,36 +222,56 @@ func checkEnd(t *testing.T, tr *messages.Trajectory, won bool) {
 	}
 }
 
-// TestDynamicFiltering checks the run's group counts and pass rate against
-// the trajectories themselves: a group is kept when the mean of its scores
-// is strictly inside (0, 1).
+// TestDynamicFiltering: with a filter, the output holds exactly the kept
+// groups' trajectories — every member of each, and each group's mean score
+// strictly inside (0, 1) — and --groups-out the same groups; the counts add
+// up to every group of the run.
 func TestDynamicFiltering(t *testing.T) {
-	var out bytes.Buffer
+	var out, groupsOut bytes.Buffer
 	seed := uint64(3)
 	sum, err := Run(context.Background(), Options{
 		Env: "game:GuessTheNumber-v0-hard", Episodes: 256, NSamples: 4, Seed: &seed,
-		Filter: &collector.ScoreRange{Low: 0, High: 1}, Out: &out,
+		Filter: &collector.ScoreRange{Low: 0, High: 1}, Out: &out, GroupsOut: &groupsOut,
 		DataDir: filepath.Join(t.TempDir(), "nats"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sum.Trajectories != 256 {
+		t.Fatalf("summary counts %d trajectories, want all 256: %s", sum.Trajectories, sum)
+	}
 	scores := map[string][]float64{}
 	for _, tr := range readTrajectories(t, out.Bytes()) {
 		scores[tr.GroupID] = append(scores[tr.GroupID], tr.Scores)
 	}
-	kept := 0
-	for _, s := range scores {
+	for id, s := range scores {
 		var total float64
 		for _, x := range s {
 			total += x
 		}
-		if mean := total / float64(len(s)); 0 < mean && mean < 1 {
-			kept++
+		if mean := total / float64(len(s)); len(s) != 4 || mean <= 0 || mean >= 1 {
+			t.Errorf("group %s in the output: %d members, mean %v; want 4 and inside (0, 1)", id, len(s), mean)
 		}
 	}
-	if len(scores) != 64 || sum.GroupsKept != kept || sum.GroupsFiltered != 64-kept {
-		t.Fatalf("groups: %d seen, want kept %d filtered %d, summary says %s", len(scores), kept, 64-kept, sum)
+	kept := len(scores)
+	if sum.GroupsKept != kept || sum.GroupsKept+sum.GroupsFiltered != 64 {
+		t.Fatalf("groups: %d in the output, summary says %s", kept, sum)
+	}
+	var groups []messages.Group
+	for _, line := range bytes.Split(bytes.TrimSpace(groupsOut.Bytes()), []byte("\n")) {
+		var g messages.Group
+		if err := json.Unmarshal(line, &g); err != nil {
+			t.Fatal(err)
+		}
+		groups = append(groups, g)
+	}
+	if len(groups) != kept {
+		t.Fatalf("%d groups in --groups-out, want the %d kept", len(groups), kept)
+	}
+	for _, g := range groups {
+		if len(g.Trajectories) != 4 || len(scores[g.GroupID]) != 4 || g.RunID == "" {
+			t.Errorf("group %s: %d trajectories, run %q; the output has %d", g.GroupID, len(g.Trajectories), g.RunID, len(scores[g.GroupID]))
+		}
 	}
 	if kept == 0 || kept == 64 {
 		t.Fatalf("the filter was not exercised: %d of 64 kept", kept)

@@ -96,13 +96,34 @@ type Options struct {
 	Remote []remoteenv.Config
 	// ToyLLM configures the stand-in model (latency, capacity, recording).
 	ToyLLM toyllm.Options
-	// Out receives one trajectory JSON object per line; nil discards.
-	// Nothing is written before the run has started (Summary.Started).
+	// RunID names the run (default: a fresh NewRunID). Its episodes,
+	// steps and outcomes carry it, so runs sharing a server never mix; the
+	// same id with a Ledger resumes an interrupted run.
+	RunID string
+	// Ledger, when set, records each episode and group as it is written,
+	// and what it held already (a resumed run's) is neither submitted nor
+	// written again.
+	Ledger *Ledger
+	// SubmitWindow bounds how many submitted episodes may be undecided
+	// (default max(2×Concurrency, 4096)).
+	SubmitWindow int
+	// Streams configures the streams, when they are created.
+	Streams bus.StreamOptions
+	// Out receives one trajectory JSON object per line; nil discards. With
+	// Filter it receives only the trajectories of kept groups. Nothing is
+	// written before the run has started (Summary.Started).
 	Out io.Writer
 	// FailuresOut receives one failure record JSON object per line; nil discards.
 	FailuresOut io.Writer
+	// GroupsOut receives one group JSON object per line, with its
+	// trajectories; nil discards.
+	GroupsOut io.Writer
 	// Progress is called after every finished episode.
 	Progress func(done, total int)
+	// Full is called when the set of output streams that refuse records for
+	// being full changes ("trajectory", "failure", "group"): the run waits
+	// for a reader, and says so.
+	Full func(kinds []string)
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -113,6 +134,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 256
+	}
+	if o.SubmitWindow <= 0 {
+		o.SubmitWindow = max(2*o.Concurrency, 4096)
 	}
 	if o.MaxLength <= 0 {
 		o.MaxLength = 4096
@@ -215,13 +239,18 @@ func (r *DatasetRow) defaultEnv(id string) {
 //
 // Before anything is submitted it checks its inputs (envs, dataset rows),
 // the model servers (CheckModels, when VLLM lists any and the actors run
-// here) and takes the data dir: an error then comes with Summary.Started
-// false and nothing written. ExitStatus maps the result to rollout run's
-// exit status.
+// here), takes the data dir and starts the readers of the run's outputs:
+// an error then comes with Summary.Started false and nothing written.
+// ExitStatus maps the result to rollout run's exit status.
+//
+// Episodes are submitted as the run goes, at most SubmitWindow ahead of
+// those decided, so a run of any length holds only what is in flight, and
+// a run whose outcomes cannot be stored (an output stream full) stops
+// submitting instead of queueing more work.
 func Run(ctx context.Context, opts Options) (Summary, error) {
 	opts.setDefaults()
 	start := time.Now()
-	reqs, err := buildRequests(opts)
+	p, err := newPlan(opts)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -241,67 +270,75 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(submitBatch))
 	if err != nil {
 		return Summary{}, fmt.Errorf("fleet: jetstream: %w", err)
 	}
 	subj := messages.NewSubjects("")
-	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); errors.Is(err, bus.ErrStreamMismatch) {
+	if err := bus.EnsureStreams(ctx, js, subj, opts.Streams); errors.Is(err, bus.ErrStreamMismatch) {
 		opts.Logger.Warn("streams left as they are", "err", err)
 	} else if err != nil {
 		return Summary{}, err
 	}
 
-	// Outcome consumers exist before the first submit, so nothing is missed.
-	// Their callbacks block on results until the run is over.
-	ctx, stopResults := context.WithCancel(ctx)
-	defer stopResults()
-	results := make(chan outcome, 1024)
-	for _, s := range []struct{ stream, kind string }{
-		{subj.StreamTrajectories(), "trajectory"}, {subj.StreamFailures(), "failure"},
-	} {
-		cons, err := js.OrderedConsumer(ctx, s.stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
-		if err != nil {
-			return Summary{}, fmt.Errorf("fleet: watch %s: %w", s.stream, err)
-		}
-		kind := s.kind
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			select {
-			case results <- outcome{kind: kind, data: m.Data()}:
-			case <-ctx.Done():
-			}
-		})
-		if err != nil {
-			return Summary{}, fmt.Errorf("fleet: watch %s: %w", s.stream, err)
-		}
-		stack.push(cc.Stop)
+	if opts.Ledger != nil && opts.Ledger.Resumed() {
+		// The interrupted run's consumers hold what they had delivered until
+		// their ack wait ends; without them it is delivered again at once.
+		forgetConsumers(ctx, js, subj, p.runID, !opts.SubmitOnly)
 	}
+	// The run's readers exist before the first submit, so nothing is missed.
+	// Their callbacks block on records until the run is over.
+	ctx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	records := make(chan record, 1024)
+	groups := true
+	stopReaders, err := readOutputs(ctx, js, subj, p.runID, groups, records, opts.Logger)
+	if errors.Is(err, ErrOutputTaken) && opts.GroupsOut == nil && opts.Filter == nil {
+		// A trainer reads the groups: they are its, and the run does without.
+		groups = false
+		opts.Logger.Info("this run's groups are read by another consumer", "err", err)
+		stopReaders, err = readOutputs(ctx, js, subj, p.runID, groups, records, opts.Logger)
+	}
+	if err != nil {
+		return Summary{}, err
+	}
+	stack.push(stopReaders)
+	// A finished run's consumers are deleted once its actors have stopped
+	// (the stack unwinds in reverse).
+	finished := false
+	stack.push(func() {
+		if finished {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			deleteConsumers(dctx, js, subj, p.runID)
+			cancel()
+		}
+	})
 
 	var coll *collector.Collector
 	if !opts.SubmitOnly {
-		coll, err = startActors(ctx, &stack, opts, connect)
+		coll, err = startActors(ctx, &stack, opts, p.runID, connect)
 		if err != nil {
 			return Summary{}, err
 		}
 	}
 
-	if err := submit(ctx, js, subj, reqs); err != nil {
-		return Summary{}, err
-	}
-	sum, err := gather(ctx, opts, reqs, results)
+	g := newGatherer(opts, p, groups, coll)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watch sync.WaitGroup
+	watch.Go(func() { watchFull(watchCtx, js, subj, coll, opts) })
+	sub := newSubmitter(js, subj, p, opts.Ledger, opts.SubmitWindow)
+	submitErr := make(chan error, 1)
+	watch.Go(func() { submitErr <- sub.run(watchCtx, g.waitDecided) })
+	sum, err := g.gather(ctx, records, submitErr)
+	stopWatch()
+	watch.Wait()
 	sum.Wall = time.Since(start)
+	finished = err == nil
 	if coll != nil {
-		// The collector counts a group just after publishing its last
-		// trajectory; give it a moment to catch up with what we saw.
-		if err == nil {
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			coll.WaitGroups(wctx, uint64(len(reqs)/opts.NSamples))
-			cancel()
-		}
 		st := coll.Stats()
-		sum.GroupsKept, sum.GroupsFiltered, sum.GroupsIncomplete = int(st.GroupsKept), int(st.GroupsFiltered), int(st.GroupsIncomplete)
-		sum.FilterOn = opts.Filter != nil
+		sum.GroupsFiltered, sum.GroupsIncomplete = int(st.GroupsFiltered), int(st.GroupsIncomplete)
 	}
+	sum.FilterOn = opts.Filter != nil
 	return sum, err
 }
 
@@ -365,7 +402,7 @@ func startBus(stack *cleanup, opts Options) (func(name string) (*nats.Conn, erro
 
 // startActors starts the model stand-in (unless vLLM URLs are given) and the
 // three actors, each on its own connection, as they would run as processes.
-func startActors(ctx context.Context, stack *cleanup, opts Options, connect func(string) (*nats.Conn, error)) (*collector.Collector, error) {
+func startActors(ctx context.Context, stack *cleanup, opts Options, run string, connect func(string) (*nats.Conn, error)) (*collector.Collector, error) {
 	endpoints := opts.VLLM
 	if len(endpoints) == 0 {
 		toy := opts.ToyLLM
@@ -402,7 +439,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, connect func
 	if err != nil {
 		return nil, err
 	}
-	ew, err := envactor.New(conns["envworker"], envJS, envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Logger: opts.Logger})
+	ew, err := envactor.New(conns["envworker"], envJS, envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -436,90 +473,130 @@ func mix(seed uint64, i int) uint64 {
 	return h.Sum64()
 }
 
-func buildRequests(opts Options) ([]*messages.EpisodeRequest, error) {
-	var rows []DatasetRow
+// plan is a job's episodes, made one at a time from the options: a run of
+// any length holds none of them in memory but those in flight.
+type plan struct {
+	opts   Options
+	runID  string
+	rows   []DatasetRow
+	envIDs []string // --env's ids, taken in turn by prompts without an env
+	groups int
+	now    int64 // submit time of every episode
+}
+
+// total is the number of episodes.
+func (p *plan) total() int { return p.groups * p.opts.NSamples }
+
+// newPlan checks the job's inputs and every episode it makes.
+func newPlan(opts Options) (*plan, error) {
+	p := &plan{opts: opts, runID: opts.RunID, now: time.Now().UnixNano()}
 	if opts.Dataset != "" {
 		var err error
-		if rows, err = ReadDataset(opts.Dataset); err != nil {
+		if p.rows, err = ReadDataset(opts.Dataset); err != nil {
 			return nil, err
 		}
 	}
-	if err := checkRowEnvs(opts, rows); err != nil {
+	if err := checkRowEnvs(opts, p.rows); err != nil {
 		return nil, err
 	}
 	n := opts.NSamples
-	groups := len(rows)
+	p.groups = len(p.rows)
 	switch {
 	case opts.Episodes > 0:
 		if opts.Episodes%n != 0 {
 			return nil, fmt.Errorf("fleet: --episodes %d is not a multiple of --n-samples %d", opts.Episodes, n)
 		}
-		groups = opts.Episodes / n
-	case len(rows) == 0:
+		p.groups = opts.Episodes / n
+	case len(p.rows) == 0:
 		return nil, errors.New("fleet: nothing to run: give --episodes or --dataset")
 	}
-	runID := strconv.FormatUint(mix(*opts.Seed, -1)^uint64(time.Now().UnixNano()), 36)
-	// --env may list several ids or patterns: prompts without an env of
-	// their own take them in turn.
-	var envIDs []string
+	if p.runID == "" {
+		p.runID = NewRunID()
+	}
 	if opts.Env != "" {
 		var err error
-		if envIDs, err = remoteenv.Match(opts.Env, opts.Remote); err != nil {
+		if p.envIDs, err = remoteenv.Match(opts.Env, opts.Remote); err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 	}
-	now := time.Now().UnixNano()
-	reqs := make([]*messages.EpisodeRequest, 0, groups*n)
-	for g := range groups {
-		var row DatasetRow
-		if len(rows) > 0 {
-			row = rows[g%len(rows)]
+	for i := range p.total() {
+		r, err := p.request(i)
+		if err != nil {
+			return nil, err
 		}
-		if row.Env == "" && len(envIDs) > 0 {
-			row.Env = envIDs[g%len(envIDs)]
-		}
-		if row.Env == "" {
-			if len(rows) > 0 {
-				return nil, fmt.Errorf("fleet: dataset %s line %d names no env and no --env is given", opts.Dataset, row.Line)
-			}
-			return nil, errors.New("fleet: no env: give --env")
-		}
-		// The n samples of a group share the prompt and so the game instance.
-		envSeed := mix(*opts.Seed, 2*g)
-		for i := range n {
-			idx := g*n + i
-			sampleSeed := int64(mix(*opts.Seed, 2*idx+1) >> 1)
-			sp := messages.SamplingParams{
-				Temperature: opts.Temperature, TopP: opts.TopP, MaxTokens: int32(opts.MaxTokens), Seed: &sampleSeed,
-			}
-			if row.Temperature != nil {
-				sp.Temperature = *row.Temperature
-			}
-			if row.TopP != nil {
-				sp.TopP = *row.TopP
-			}
-			if row.MaxTokens != nil {
-				sp.MaxTokens = *row.MaxTokens
-			}
-			style := row.ObsStyle
-			if style == "" {
-				style = opts.ObsStyle
-			}
-			reqs = append(reqs, &messages.EpisodeRequest{
-				V: messages.Version, EpisodeID: fmt.Sprintf("%s-%06d", runID, idx),
-				GroupID: fmt.Sprintf("%s-g%06d", runID, g), SampleIndex: int32(i), GroupSize: int32(n),
-				Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
-				Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: int32(g % max(len(rows), 1)),
-				Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: now,
-			})
-		}
-	}
-	for _, r := range reqs {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 	}
-	return reqs, nil
+	return p, nil
+}
+
+// NewRunID returns a fresh run id: short, random, usable in subjects and
+// file names as it is.
+func NewRunID() string {
+	return strconv.FormatUint(rand.Uint64()>>1, 36)
+}
+
+// EpisodeID is the id of a run's episode number i.
+func EpisodeID(run string, i int) string { return fmt.Sprintf("%s-%06d", run, i) }
+
+// GroupID is the id of a run's group number g.
+func GroupID(run string, g int) string { return fmt.Sprintf("%s-g%06d", run, g) }
+
+// episodeIndex returns the number of one of run's episodes, from its id.
+func episodeIndex(run, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, run+"-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	return i, err == nil && i >= 0 && EpisodeID(run, i) == id
+}
+
+// request makes episode number idx.
+func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
+	opts := p.opts
+	n := opts.NSamples
+	g, i := idx/n, idx%n
+	var row DatasetRow
+	if len(p.rows) > 0 {
+		row = p.rows[g%len(p.rows)]
+	}
+	if row.Env == "" && len(p.envIDs) > 0 {
+		row.Env = p.envIDs[g%len(p.envIDs)]
+	}
+	if row.Env == "" {
+		if len(p.rows) > 0 {
+			return nil, fmt.Errorf("fleet: dataset %s line %d names no env and no --env is given", opts.Dataset, row.Line)
+		}
+		return nil, errors.New("fleet: no env: give --env")
+	}
+	// The n samples of a group share the prompt and so the game instance.
+	envSeed := mix(*opts.Seed, 2*g)
+	sampleSeed := int64(mix(*opts.Seed, 2*idx+1) >> 1)
+	sp := messages.SamplingParams{
+		Temperature: opts.Temperature, TopP: opts.TopP, MaxTokens: int32(opts.MaxTokens), Seed: &sampleSeed,
+	}
+	if row.Temperature != nil {
+		sp.Temperature = *row.Temperature
+	}
+	if row.TopP != nil {
+		sp.TopP = *row.TopP
+	}
+	if row.MaxTokens != nil {
+		sp.MaxTokens = *row.MaxTokens
+	}
+	style := row.ObsStyle
+	if style == "" {
+		style = opts.ObsStyle
+	}
+	return &messages.EpisodeRequest{
+		V: messages.Version, RunID: p.runID, EpisodeID: EpisodeID(p.runID, idx),
+		GroupID: GroupID(p.runID, g), SampleIndex: int32(i), GroupSize: int32(n),
+		Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
+		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: int32(g % max(len(p.rows), 1)),
+		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now,
+	}, nil
 }
 
 // checkRowEnvs checks that every env a dataset row names is known
@@ -584,31 +661,4 @@ func ParseDataset(data []byte) ([]DatasetRow, error) {
 		return nil, errors.New("no rows")
 	}
 	return rows, nil
-}
-
-// submit publishes every request to the episodes work queue and waits for
-// the store to acknowledge each.
-func submit(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, reqs []*messages.EpisodeRequest) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(reqs))
-	for _, r := range reqs {
-		data, err := messages.Marshal(r)
-		if err != nil {
-			return fmt.Errorf("fleet: encode episode %s: %w", r.EpisodeID, err)
-		}
-		f, err := js.PublishAsync(subj.Episodes(r.Env), data, jetstream.WithMsgID(r.EpisodeID))
-		if err != nil {
-			return fmt.Errorf("fleet: submit episode %s: %w", r.EpisodeID, err)
-		}
-		futures = append(futures, f)
-	}
-	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("fleet: submit episode %s: %w", reqs[i].EpisodeID, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
 }

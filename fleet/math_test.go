@@ -94,8 +94,10 @@ func TestEndToEndMath(t *testing.T) {
 					t.Fatalf("%s: reward %v info %v, verifier says %+v", tr.EpisodeID, tr.Reward, tr.Info, g)
 				}
 			}
-			if len(questions) != 64 {
-				t.Fatalf("%d task indexes, want 64", len(questions))
+			// With the filter the output holds the kept groups only: one
+			// task (prompt) each.
+			if len(questions) != sum.GroupsKept || sum.GroupsKept+sum.GroupsFiltered != 64 {
+				t.Fatalf("%d task indexes in the output, want the %d kept groups' (of 64: %s)", len(questions), sum.GroupsKept, sum)
 			}
 		})
 	}

@@ -1,29 +1,46 @@
 package fleet
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
+
+	"github.com/rollfleet/rollfleet/messages"
 )
 
-// Output is an output file written beside its destination and moved over it
-// only when the run is kept, so a run that never started (a bad flag, an
-// unknown env, no model server, a data dir in use) leaves an earlier file
-// at the destination untouched. It is an io.Writer; Close ends it.
+// ErrNoPartialOutput means --resume found no partial output of the run
+// beside the output path.
+var ErrNoPartialOutput = errors.New("fleet: no partial output of this run")
+
+// Output is an output file of a run, written beside its destination as
+// .<name>.<run>.part and moved over the destination only when the run
+// finishes. A run that never started removes it, so a typo never destroys
+// an earlier file; a run that started but did not finish leaves it, and
+// --resume appends to it. It is an io.Writer.
 type Output struct {
 	path string // the destination, symlinks resolved
 	f    *os.File
 }
 
-// CreateOutput starts an output for path: a new hidden file in path's
-// directory (so that the final rename stays on one file system), with the
-// mode of the file it will replace, if any. Failing here, before the run,
-// is how a path that cannot be written is caught early.
-func CreateOutput(path string) (*Output, error) {
+// PartPath is where the output of run for path is written until the run
+// finishes.
+func PartPath(path, run string) string {
+	dir, base := filepath.Split(path)
+	return filepath.Join(dir, "."+base+"."+messages.NameToken(run)+".part")
+}
+
+// CreateOutput starts the output of run for path: a new part file in
+// path's directory (so that the final rename stays on one file system),
+// with the mode of the file it will replace, if any. Failing here, before
+// the run, is how a path that cannot be written is caught early. With
+// resume it opens the run's existing part file instead, dropping a last
+// line cut short by the interruption.
+func CreateOutput(path, run string, resume bool) (*Output, error) {
 	dest := path
 	perm, exists := fs.FileMode(0o666), false // before the umask, as os.Create
 	if st, err := os.Stat(path); err == nil {
@@ -36,55 +53,123 @@ func CreateOutput(path string) (*Output, error) {
 			return nil, fmt.Errorf("fleet: output %s: %w", path, err)
 		}
 	}
-	dir, base := filepath.Split(dest)
-	if dir == "" {
-		dir = "."
-	}
-	for range 100 {
-		tmp := filepath.Join(dir, "."+base+"."+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(rand.Uint64()%1e9, 10)+".tmp")
-		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-		if errors.Is(err, fs.ErrExist) {
-			continue
+	part := PartPath(dest, run)
+	if resume {
+		f, err := os.OpenFile(part, os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s (for %s)", ErrNoPartialOutput, part, path)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("fleet: output %s: %w", path, err)
 		}
-		if exists {
-			// An existing file's mode, exactly (the umask applied at create).
-			_ = f.Chmod(perm)
+		o := &Output{path: dest, f: f}
+		if err := o.dropTornLine(); err != nil {
+			f.Close()
+			return nil, err
 		}
-		return &Output{path: dest, f: f}, nil
+		return o, nil
 	}
-	return nil, fmt.Errorf("fleet: output %s: no free temporary name in %s", path, dir)
+	f, err := os.OpenFile(part, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: output %s: %w", path, err)
+	}
+	if exists {
+		// An existing file's mode, exactly (the umask applied at create).
+		_ = f.Chmod(perm)
+	}
+	return &Output{path: dest, f: f}, nil
 }
 
-// Write writes to the temporary file.
+// dropTornLine truncates the part file after its last complete line and
+// positions writes at its end.
+func (o *Output) dropTornLine() error {
+	st, err := o.f.Stat()
+	if err != nil {
+		return fmt.Errorf("fleet: output %s: %w", o.path, err)
+	}
+	size := st.Size()
+	buf := make([]byte, 64<<10)
+	end := int64(0)
+	for pos := size; pos > 0 && end == 0; {
+		n := min(int64(len(buf)), pos)
+		pos -= n
+		if _, err := o.f.ReadAt(buf[:n], pos); err != nil {
+			return fmt.Errorf("fleet: output %s: %w", o.path, err)
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			end = pos + int64(i) + 1
+		}
+	}
+	if err := o.f.Truncate(end); err != nil {
+		return fmt.Errorf("fleet: output %s: %w", o.path, err)
+	}
+	if _, err := o.f.Seek(end, io.SeekStart); err != nil {
+		return fmt.Errorf("fleet: output %s: %w", o.path, err)
+	}
+	return nil
+}
+
+// Lines calls fn with every line written so far (without its newline).
+func (o *Output) Lines(fn func(line []byte)) error {
+	r := bufio.NewReaderSize(io.NewSectionReader(o.f, 0, 1<<62), 1<<20)
+	for {
+		line, err := r.ReadSlice('\n')
+		for errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer: gather it whole.
+			long := append([]byte(nil), line...)
+			line, err = r.ReadSlice('\n')
+			line = append(long, line...)
+		}
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			fn(line[:len(line)-1])
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("fleet: output %s: %w", o.path, err)
+		}
+	}
+}
+
+// Write writes to the part file.
 func (o *Output) Write(p []byte) (int, error) { return o.f.Write(p) }
 
 // Path is the destination.
 func (o *Output) Path() string { return o.path }
 
-// Close ends the output. With keep it moves the file written over the
-// destination (after syncing it); without, it removes it and the
-// destination stays as it was.
-func (o *Output) Close(keep bool) error {
-	tmp := o.f.Name()
-	if !keep {
-		o.f.Close()
-		if err := os.Remove(tmp); err != nil {
-			return fmt.Errorf("fleet: output %s: %w", o.path, err)
-		}
-		return nil
+// Part is the file written until the run finishes.
+func (o *Output) Part() string { return o.f.Name() }
+
+// Discard removes the part file: the destination stays as it was.
+func (o *Output) Discard() error {
+	o.f.Close()
+	if err := os.Remove(o.f.Name()); err != nil {
+		return fmt.Errorf("fleet: output %s: %w", o.path, err)
 	}
+	return nil
+}
+
+// Suspend closes the part file and leaves it for a resumed run.
+func (o *Output) Suspend() error {
 	err := o.f.Sync()
 	if cerr := o.f.Close(); err == nil {
 		err = cerr
 	}
+	if err != nil {
+		return fmt.Errorf("fleet: output %s (what was written is in %s): %w", o.path, o.f.Name(), err)
+	}
+	return nil
+}
+
+// Finish moves the part file over the destination, after syncing it.
+func (o *Output) Finish() error {
+	err := o.Suspend()
 	if err == nil {
-		err = os.Rename(tmp, o.path)
+		err = os.Rename(o.f.Name(), o.path)
 	}
 	if err != nil {
-		return fmt.Errorf("fleet: output %s (what was written is in %s): %w", o.path, tmp, err)
+		return fmt.Errorf("fleet: output %s (what was written is in %s): %w", o.path, o.f.Name(), err)
 	}
 	return nil
 }

@@ -1,14 +1,18 @@
 package fleet
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
-// TestOutputReplacesOnlyWhenKept: an output that is not kept leaves the
-// file at its path as it was; a kept one replaces it, with its mode. No
-// temporary file is left either way.
+// TestOutputReplacesOnlyWhenKept: a discarded output leaves the file at
+// its path as it was; a finished one replaces it, with its mode. No part
+// file is left either way.
 func TestOutputReplacesOnlyWhenKept(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out.jsonl")
@@ -27,26 +31,26 @@ func TestOutputReplacesOnlyWhenKept(t *testing.T) {
 		}
 	}
 
-	o, err := CreateOutput(path)
+	o, err := CreateOutput(path, "r1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := o.Write([]byte("discarded\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Close(false); err != nil {
+	if err := o.Discard(); err != nil {
 		t.Fatal(err)
 	}
 	check("earlier\n")
 
-	o, err = CreateOutput(path)
+	o, err = CreateOutput(path, "r2", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := o.Write([]byte("new\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Close(true); err != nil {
+	if err := o.Finish(); err != nil {
 		t.Fatal(err)
 	}
 	check("new\n")
@@ -59,14 +63,14 @@ func TestOutputReplacesOnlyWhenKept(t *testing.T) {
 	if err := os.Symlink(path, link); err != nil {
 		t.Fatal(err)
 	}
-	o, err = CreateOutput(link)
+	o, err = CreateOutput(link, "r3", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := o.Write([]byte("via link\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Close(true); err != nil {
+	if err := o.Finish(); err != nil {
 		t.Fatal(err)
 	}
 	check("via link\n")
@@ -78,7 +82,108 @@ func TestOutputReplacesOnlyWhenKept(t *testing.T) {
 // TestOutputInMissingDirFailsEarly: a path that cannot be written fails
 // when the output is created, before any run.
 func TestOutputInMissingDirFailsEarly(t *testing.T) {
-	if _, err := CreateOutput(filepath.Join(t.TempDir(), "no", "such", "out.jsonl")); err == nil {
+	if _, err := CreateOutput(filepath.Join(t.TempDir(), "no", "such", "out.jsonl"), "r", false); err == nil {
 		t.Fatal("created an output in a missing directory")
+	}
+}
+
+// TestOutputResume: a suspended output is reopened by its run, without
+// the line an interruption cut short, and appended to; another run's id
+// finds nothing to resume.
+func TestOutputResume(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.jsonl")
+	o, err := CreateOutput(path, "run1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Write([]byte("{\"a\":1}\n{\"a\":2}\n{\"a\":")); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Suspend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a suspended output reached its destination: %v", err)
+	}
+	if _, err := CreateOutput(path, "run2", true); !errors.Is(err, ErrNoPartialOutput) {
+		t.Fatalf("resuming an unknown run: %v, want ErrNoPartialOutput", err)
+	}
+	o, err = CreateOutput(path, "run1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	if err := o.Lines(func(l []byte) { lines = append(lines, string(l)) }); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{`{"a":1}`, `{"a":2}`}; !slices.Equal(lines, want) {
+		t.Fatalf("lines %q, want %q", lines, want)
+	}
+	if _, err := o.Write([]byte("{\"a\":3}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n" {
+		t.Fatalf("%s holds %q (%v)", path, got, err)
+	}
+}
+
+// TestLedgerResume: a resumed ledger knows the episodes and groups it
+// entered, and those the part files hold beyond it (a line written just
+// before the interruption).
+func TestLedgerResume(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.jsonl")
+	trajs, err := CreateOutput(out, "r", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := CreateOutput(filepath.Join(dir, "groups.jsonl"), "r", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLedger(out, "r", false, LedgerFiles{Trajectories: trajs, Groups: groups, GroupSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.addEpisode(0)
+	l.addGroup(0)
+	// Written, but interrupted before the ledger heard of it.
+	fmt.Fprintf(trajs, "{\"run_id\":\"r\",\"episode_id\":%q}\n", EpisodeID("r", 3))
+	fmt.Fprintf(groups, "{\"run_id\":\"r\",\"group_id\":%q,\"trajectories\":[{\"episode_id\":%q}]}\n", GroupID("r", 2), EpisodeID("r", 9))
+	for _, err := range []error{trajs.Suspend(), groups.Suspend(), l.Close(false)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	trajs, err = CreateOutput(out, "r", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err = CreateOutput(filepath.Join(dir, "groups.jsonl"), "r", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err = OpenLedger(out, "r", true, LedgerFiles{Trajectories: trajs, Groups: groups, GroupSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(true)
+	for i := range 10 {
+		if want := i == 0 || i == 3; l.Episode(i) != want {
+			t.Errorf("episode %d written: %v, want %v", i, l.Episode(i), want)
+		}
+	}
+	for g := range 5 {
+		if want := g == 0 || g == 2; l.Group(g) != want {
+			t.Errorf("group %d written: %v, want %v", g, l.Group(g), want)
+		}
+	}
+	if l.Episodes() != 2 {
+		t.Errorf("%d episodes written, want 2", l.Episodes())
 	}
 }

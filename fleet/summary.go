@@ -1,9 +1,7 @@
 package fleet
 
 import (
-	"bufio"
 	"cmp"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -177,96 +175,8 @@ func (s Summary) kinds() string {
 	return strings.Join(parts, " ")
 }
 
-// outcome is a raw trajectory or failure message from the output streams.
-type outcome struct {
-	kind string // "trajectory" or "failure"
-	data []byte
-}
-
-// gather consumes outcomes until every submitted episode has exactly one,
-// writing trajectories (and failures) as JSONL.
-func gather(ctx context.Context, opts Options, reqs []*messages.EpisodeRequest, results <-chan outcome) (Summary, error) {
-	pending := make(map[string]bool, len(reqs))
-	for _, r := range reqs {
-		pending[r.EpisodeID] = true
-	}
-	ours := maps.Clone(pending)
-	sum := Summary{Episodes: len(reqs), FailureReasons: map[string]int{}, FailureKinds: map[string]int{}, Started: true}
-	out := bufio.NewWriterSize(opts.Out, 1<<20)
-	var fout *bufio.Writer
-	var failures io.Writer // stays nil (not a nil *bufio.Writer) when unused
-	if opts.FailuresOut != nil {
-		fout = bufio.NewWriter(opts.FailuresOut)
-		failures = fout
-	}
-	flush := func() error {
-		if fout != nil {
-			if err := fout.Flush(); err != nil {
-				return fmt.Errorf("fleet: write failures: %w", err)
-			}
-		}
-		if err := out.Flush(); err != nil {
-			return fmt.Errorf("fleet: write trajectories: %w", err)
-		}
-		return nil
-	}
-	for len(pending) > 0 {
-		var o outcome
-		select {
-		case o = <-results:
-		case <-ctx.Done():
-			_ = flush()
-			return sum, fmt.Errorf("fleet: %d of %d episodes unfinished: %w", len(pending), len(reqs), ctx.Err())
-		}
-		var err error
-		switch o.kind {
-		case "trajectory":
-			err = sum.addTrajectory(o.data, ours, pending, out)
-		default:
-			err = sum.addFailure(o.data, ours, pending, failures)
-		}
-		if err != nil {
-			return sum, err
-		}
-		if opts.Progress != nil {
-			opts.Progress(len(reqs)-len(pending), len(reqs))
-		}
-	}
-	return sum, flush()
-}
-
-// claim reports whether an outcome for episode id is this run's first for
-// it; a second outcome for one of ours is counted as a duplicate.
-func (s *Summary) claim(id string, ours, pending map[string]bool) bool {
-	if !ours[id] {
-		return false // another run's
-	}
-	if !pending[id] {
-		s.Duplicates++
-		return false
-	}
-	delete(pending, id)
-	return true
-}
-
-func (s *Summary) addTrajectory(data []byte, ours, pending map[string]bool, out io.Writer) error {
-	t, err := messages.Decode[messages.Trajectory](data)
-	if err != nil {
-		s.Malformed++ // not ours to fix; the run goes on
-		return nil
-	}
-	if !s.claim(t.EpisodeID, ours, pending) {
-		return nil
-	}
-	// Called directly: through an Encoder the large line would be validated
-	// and copied once more.
-	line, err := t.MarshalJSON()
-	if err == nil {
-		_, err = out.Write(append(line, '\n'))
-	}
-	if err != nil {
-		return fmt.Errorf("fleet: write trajectory %s: %w", t.EpisodeID, err)
-	}
+// countTrajectory adds a trajectory to the summary.
+func (s *Summary) countTrajectory(t *messages.Trajectory) {
 	s.Trajectories++
 	s.Turns += int(t.Turns)
 	s.RewardSum += t.Reward
@@ -285,7 +195,6 @@ func (s *Summary) addTrajectory(data []byte, ours, pending map[string]bool, out 
 		s.Successes++
 		e.Successes++
 	}
-	return nil
 }
 
 func (s *Summary) countTokens(toks messages.Tokens, actions messages.Ranges) {
@@ -295,31 +204,14 @@ func (s *Summary) countTokens(toks messages.Tokens, actions messages.Ranges) {
 	}
 }
 
-func (s *Summary) addFailure(data []byte, ours, pending map[string]bool, out io.Writer) error {
-	f, err := messages.Decode[messages.Failure](data)
-	if err != nil {
-		s.Malformed++
-		return nil
-	}
-	if !s.claim(f.EpisodeID, ours, pending) {
-		return nil
-	}
+// countFailure adds a failure record to the summary.
+func (s *Summary) countFailure(f *messages.Failure) {
 	s.Failures++
 	s.FailureReasons[f.Reason]++
-	if s.FailureKinds == nil {
-		s.FailureKinds = map[string]int{}
-	}
 	s.FailureKinds[f.Kind]++
 	if f.Env != "" {
 		s.env(f.Env).Failures++
 	}
-	if out == nil {
-		return nil
-	}
-	if err := writeJSONLine(out, f); err != nil {
-		return fmt.Errorf("fleet: write failure %s: %w", f.EpisodeID, err)
-	}
-	return nil
 }
 
 // writeJSONLine writes v as one JSON line, leaving <, > and & unescaped so

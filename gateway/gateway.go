@@ -25,6 +25,8 @@ import (
 const (
 	// DefaultEnv is the env of the trajectories and failures the gateway publishes.
 	DefaultEnv = "gateway"
+	// DefaultRun is the run id of the trajectories and failures the gateway publishes.
+	DefaultRun = "gateway"
 	// DefaultMaxBodyBytes bounds a request body.
 	DefaultMaxBodyBytes = 8 << 20
 	// DefaultMaxSessions bounds the open sessions.
@@ -86,6 +88,10 @@ type Options struct {
 	// MaxBodyBytes bounds a request body; a larger one gets a 413 (default
 	// DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// Run is the run id the sessions' trajectories and failure records
+	// carry, and so the subjects they are published on (default
+	// DefaultRun); their reader consumes that run's outputs.
+	Run string
 	// Streams configures the streams created when missing.
 	Streams bus.StreamOptions
 	// Logger defaults to slog.Default().
@@ -97,6 +103,7 @@ func (o *Options) setDefaults() {
 		o.Subjects = messages.NewSubjects("")
 	}
 	o.Env = cmp.Or(o.Env, DefaultEnv)
+	o.Run = cmp.Or(o.Run, DefaultRun)
 	o.RequestTimeout = positiveOr(o.RequestTimeout, DefaultRequestTimeout)
 	o.ModelInfoTTL = positiveOr(o.ModelInfoTTL, DefaultModelInfoTTL)
 	o.SessionTTL = positiveOr(o.SessionTTL, DefaultSessionTTL)
@@ -329,10 +336,10 @@ func (g *Gateway) abandon(ctx context.Context, leases []*lease, why string, now 
 // publishFailure publishes a Failure record for a session that ended without a trajectory.
 func (g *Gateway) publishFailure(ctx context.Context, session, env, reason string, calls int) error {
 	f := messages.Failure{
-		V: messages.Version, EpisodeID: session, GroupID: session, Env: env, Kind: messages.FailureEpisode,
+		V: messages.Version, RunID: g.opts.Run, EpisodeID: session, GroupID: session, Env: env, Kind: messages.FailureEpisode,
 		Reason: reason, Turn: int32(calls), Time: time.Now().UnixNano(),
 	}
-	return g.publish(ctx, g.opts.Subjects.Failures(messages.FailureEpisode), &f, messages.TrajectoryMsgID(session))
+	return g.publish(ctx, g.opts.Subjects.Failures(g.opts.Run, messages.FailureEpisode), &f, messages.TrajectoryMsgID(session))
 }
 
 // publish validates, encodes and stores one message in JetStream under msgID.

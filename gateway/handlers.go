@@ -649,11 +649,12 @@ func (g *Gateway) handleFinish(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	resp := finishResponse{
-		SessionID: id, Status: "finished", Env: o.env, Subject: g.opts.Subjects.Trajectories(o.env),
+		SessionID: id, Status: "finished", Env: o.env, Subject: g.opts.Subjects.Trajectories(g.opts.Run, o.env),
 		Reward: o.reward, Segments: make([]segmentReport, len(trajs)),
 	}
 	for k := range trajs {
 		t := &trajs[k]
+		t.RunID = g.opts.Run
 		rep := segmentReport{
 			EpisodeID: t.EpisodeID, Segment: k, Turns: int(t.Turns), Tokens: len(t.ObservationTokens),
 			FinishReason: t.FinishReason, Truncated: t.Truncated, DriftReason: t.Info["drift_reason"],

@@ -88,6 +88,9 @@ func (r Ranges) MarshalJSON() ([]byte, error) {
 // Marshaler's output) would dominate the cost of writing a run's JSONL.
 func (t Trajectory) MarshalJSON() ([]byte, error) {
 	w := jsonWriter{b: make([]byte, 0, 256+len(t.ObservationTokens)*7+len(t.RolloutLogProbs)*12+len(t.Prompt)+len(t.Label))}
+	if t.RunID != "" {
+		w.field("run_id", t.RunID)
+	}
 	w.field("episode_id", t.EpisodeID)
 	w.field("group_id", t.GroupID)
 	w.field("sample_index", t.SampleIndex)

@@ -79,7 +79,10 @@ type SamplingParams struct {
 // EpisodeRequest asks an env worker to run one episode; it is the work item of the episodes
 // stream.
 type EpisodeRequest struct {
-	V                uint8          `msgpack:"v"`
+	V uint8 `msgpack:"v"`
+	// RunID is the job the episode belongs to: its subjects, and those of its outcomes and
+	// group, carry it, so runs sharing a server never mix. Empty is a run of its own.
+	RunID            string         `msgpack:"rid,omitempty"`
 	EpisodeID        string         `msgpack:"id"`
 	GroupID          string         `msgpack:"g"`
 	SampleIndex      int32          `msgpack:"i"`
@@ -184,7 +187,10 @@ type TokenizeReply struct {
 // StepEvent is one model turn of an episode and the environment's answer to it, published by the
 // env worker and assembled by the collector.
 type StepEvent struct {
-	V         uint8  `msgpack:"v"`
+	V uint8 `msgpack:"v"`
+	// RunID is the episode's EpisodeRequest.RunID, on every step, so that an outcome reaches
+	// its run's subjects even when the request itself (turn 0) was never seen.
+	RunID     string `msgpack:"rid,omitempty"`
 	EpisodeID string `msgpack:"id"`
 	Turn      int32  `msgpack:"tn"` // 0-based model turn
 	// Attempt numbers the runs of an episode (its delivery count): a redelivered episode starts
@@ -239,6 +245,7 @@ func (e *StepEvent) IsEndMarker() bool {
 // rollfleet's bookkeeping. The JSON field names are OpenRLHF's and are used for JSONL output.
 type Trajectory struct {
 	V                 uint8              `msgpack:"v" json:"-"`
+	RunID             string             `msgpack:"rid,omitempty" json:"run_id,omitempty"`
 	EpisodeID         string             `msgpack:"id" json:"episode_id"`
 	GroupID           string             `msgpack:"g"  json:"group_id"`
 	SampleIndex       int32              `msgpack:"i"  json:"sample_index"`
@@ -294,6 +301,7 @@ type Sample struct {
 // Group is the n trajectories of one prompt, for group-baseline algorithms and dynamic filtering.
 type Group struct {
 	V            uint8        `msgpack:"v" json:"-"`
+	RunID        string       `msgpack:"rid,omitempty" json:"run_id,omitempty"`
 	GroupID      string       `msgpack:"g" json:"group_id"`
 	Env          string       `msgpack:"e" json:"env"`
 	MeanScore    float64      `msgpack:"ms" json:"mean_score"`
@@ -304,6 +312,7 @@ type Group struct {
 // every submitted episode yields exactly one trajectory or one failure.
 type Failure struct {
 	V         uint8  `msgpack:"v" json:"-"`
+	RunID     string `msgpack:"rid,omitempty" json:"run_id,omitempty"`
 	EpisodeID string `msgpack:"id,omitempty" json:"episode_id,omitempty"`
 	GroupID   string `msgpack:"g,omitempty" json:"group_id,omitempty"`
 	Env       string `msgpack:"e,omitempty" json:"env,omitempty"`

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -63,10 +64,33 @@ func (s Subjects) stream(kind string) string {
 	return strings.ToUpper(strings.ReplaceAll(s.prefix(), ".", "_")) + "_" + kind
 }
 
-// Episodes is the work-queue subject of an env's EpisodeRequests: <prefix>.episodes.<Token(env)>.
-func (s Subjects) Episodes(env string) string { return s.subject("episodes", Token(env)) }
+// AnyRun stands for every run in the subject filters below (EpisodesFilter and the like). It
+// is not a run id of its own: Token escapes a run id "*" as "%2A".
+const AnyRun = "*"
 
-// EpisodesAll matches the EpisodeRequests of every env.
+// runToken is Token(run), or the wildcard for AnyRun.
+func runToken(run string) string {
+	if run == AnyRun {
+		return "*"
+	}
+	return Token(run)
+}
+
+// Episodes is the work-queue subject of a run's EpisodeRequests for one env:
+// <prefix>.episodes.<Token(run)>.<Token(env)>.
+func (s Subjects) Episodes(run, env string) string {
+	return s.subject("episodes", Token(run)+"."+Token(env))
+}
+
+// EpisodesFilter matches the EpisodeRequests of run (AnyRun: of every run) for env.
+func (s Subjects) EpisodesFilter(run, env string) string {
+	return s.subject("episodes", runToken(run)+"."+Token(env))
+}
+
+// EpisodesOfRun matches every EpisodeRequest of run.
+func (s Subjects) EpisodesOfRun(run string) string { return s.subject("episodes", Token(run)+".>") }
+
+// EpisodesAll matches the EpisodeRequests of every run and env.
 func (s Subjects) EpisodesAll() string { return s.subject("episodes", ">") }
 
 // Generate is the request/reply subject of GenerateRequest.
@@ -84,26 +108,61 @@ func (s Subjects) TokenizeChat() string { return s.subject("llm", "tokenize_chat
 // ModelInfo is the request/reply subject of ModelInfoRequest.
 func (s Subjects) ModelInfo() string { return s.subject("llm", "info") }
 
-// Steps is the subject of an episode's StepEvents: <prefix>.steps.<Token(episode)>.
-func (s Subjects) Steps(episode string) string { return s.subject("steps", Token(episode)) }
+// Steps is the subject of an episode's StepEvents: <prefix>.steps.<Token(run)>.<Token(episode)>.
+func (s Subjects) Steps(run, episode string) string {
+	return s.subject("steps", Token(run)+"."+Token(episode))
+}
 
 // StepsAll matches the StepEvents of every episode.
 func (s Subjects) StepsAll() string { return s.subject("steps", ">") }
 
-// Trajectories is the subject of an env's Trajectories: <prefix>.trajectories.<Token(env)>.
-func (s Subjects) Trajectories(env string) string { return s.subject("trajectories", Token(env)) }
+// ParseSteps returns the run and episode a Steps subject names.
+func (s Subjects) ParseSteps(subject string) (run, episode string, err error) {
+	rest, ok := strings.CutPrefix(subject, s.prefix()+".steps.")
+	runTok, epTok, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", "", fmt.Errorf("messages: %q is not a steps subject", subject)
+	}
+	if run, err = ParseToken(runTok); err == nil {
+		episode, err = ParseToken(epTok)
+	}
+	return run, episode, err
+}
+
+// Trajectories is the subject of a run's Trajectories of one env:
+// <prefix>.trajectories.<Token(run)>.<Token(env)>.
+func (s Subjects) Trajectories(run, env string) string {
+	return s.subject("trajectories", Token(run)+"."+Token(env))
+}
+
+// TrajectoriesOfRun matches every Trajectory of run.
+func (s Subjects) TrajectoriesOfRun(run string) string {
+	return s.subject("trajectories", Token(run)+".>")
+}
 
 // TrajectoriesAll matches the Trajectories of every env.
 func (s Subjects) TrajectoriesAll() string { return s.subject("trajectories", ">") }
 
-// Groups is the subject of an env's Groups: <prefix>.groups.<Token(env)>.
-func (s Subjects) Groups(env string) string { return s.subject("groups", Token(env)) }
+// Groups is the subject of a run's Groups of one env: <prefix>.groups.<Token(run)>.<Token(env)>.
+func (s Subjects) Groups(run, env string) string {
+	return s.subject("groups", Token(run)+"."+Token(env))
+}
+
+// GroupsOfRun matches every Group of run.
+func (s Subjects) GroupsOfRun(run string) string { return s.subject("groups", Token(run)+".>") }
 
 // GroupsAll matches the Groups of every env.
 func (s Subjects) GroupsAll() string { return s.subject("groups", ">") }
 
-// Failures is the subject of Failure records of one kind: <prefix>.failures.<Token(kind)>.
-func (s Subjects) Failures(kind string) string { return s.subject("failures", Token(kind)) }
+// Failures is the subject of a run's Failure records of one kind:
+// <prefix>.failures.<Token(run)>.<Token(kind)>. A record of a message that belongs to no
+// episode has the empty run.
+func (s Subjects) Failures(run, kind string) string {
+	return s.subject("failures", Token(run)+"."+Token(kind))
+}
+
+// FailuresOfRun matches every Failure record of run.
+func (s Subjects) FailuresOfRun(run string) string { return s.subject("failures", Token(run)+".>") }
 
 // FailuresAll matches the Failure records of every kind.
 func (s Subjects) FailuresAll() string { return s.subject("failures", ">") }
@@ -132,6 +191,22 @@ func (s Subjects) DecidedAll() string { return s.subject("decided", ">") }
 
 // StreamDecided names the stream holding DecidedAll, e.g. "RF_DECIDED".
 func (s Subjects) StreamDecided() string { return s.stream("DECIDED") }
+
+// NameToken makes an id usable in a consumer or file name, which allow no
+// '.', '*', '>', whitespace or path separators: a short id of other printable
+// ASCII bytes stays as it is, any other becomes its 64-bit FNV-1a hash in hex.
+func NameToken(id string) string {
+	ok := id != "" && len(id) <= 32
+	for i := 0; ok && i < len(id); i++ {
+		ok = !escaped(id[i]) && id[i] != '/' && id[i] != '\\'
+	}
+	if ok {
+		return id
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return fmt.Sprintf("%016x", h.Sum64())
+}
 
 // emptyToken stands for the empty string. Every '%' that Token writes for a non-empty string is
 // followed by two hex digits, so a lone '%' cannot collide with any other encoding.

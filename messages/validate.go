@@ -188,6 +188,7 @@ func (r *EpisodeRequest) Validate() error { return asError(r.validate().in("Epis
 func (r *EpisodeRequest) validate() *ValidationError {
 	return first(
 		checkVersion(r.V),
+		checkOptionalID("run_id", r.RunID),
 		checkID("episode_id", r.EpisodeID),
 		checkID("group_id", r.GroupID),
 		checkID("env", r.Env),

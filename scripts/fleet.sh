@@ -4,6 +4,12 @@
 # collector. Stop it with Ctrl-C. Then submit work from another shell:
 #   go run ./cmd/rollout run --nats nats://127.0.0.1:4222 --submit-only \
 #       --env game:GuessTheNumber-v0 --episodes 1000 --out trajectories.jsonl
+#
+# With JOBS=N it is the standing-fleet benchmark instead: a trainer-side
+# durable consumer (`rollout consume --kind groups`) reads and acknowledges
+# every group, N back-to-back jobs of EPISODES episodes (default 50000) are
+# submitted with `rollout run --submit-only`, and each job's wall time and
+# the data dir's size after it are printed; then the fleet stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +36,25 @@ fi
 "$bin/envworker" --nats "nats://$nats_addr" --concurrency "${CONCURRENCY:-512}" & pids+=($!)
 "$bin/collector" --nats "nats://$nats_addr" & pids+=($!)
 echo "fleet up: nats://$nats_addr, model $vllm, data in $data"
-wait
+
+jobs=${JOBS:-0}
+if [ "$jobs" -eq 0 ]; then
+  wait
+  exit
+fi
+
+episodes=${EPISODES:-50000}
+out=$(mktemp -d)
+"$bin/rollout" consume --nats "nats://$nats_addr" --kind groups --durable trainer --every 30s --log-level warn & pids+=($!)
+for job in $(seq 1 "$jobs"); do
+  start=$(date +%s.%N)
+  "$bin/rollout" run --nats "nats://$nats_addr" --submit-only --env game:GuessTheNumber-v0 \
+    --episodes "$episodes" --concurrency "${CONCURRENCY:-512}" --seed "$job" \
+    --out "$out/job$job.jsonl" 2>&1 | grep -E '^episodes=|stream full' || true
+  end=$(date +%s.%N)
+  lines=$(wc -l < "$out/job$job.jsonl")
+  printf 'job %d: %d trajectories in %.1f s; data dir %s bytes\n' "$job" "$lines" \
+    "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" "$(du -sb "$data" | cut -f1)"
+  rm -f "$out/job$job.jsonl"
+done
+rm -rf "$out"

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -119,6 +118,10 @@ type Stats struct {
 	// collector had not seen all their steps; Rejected the steps ignored as
 	// no honest env worker sends them.
 	Evicted, Reloaded, Rejected uint64
+	// FullStreams names the output kinds ("failure", "group",
+	// "trajectory") whose stream refuses records now for being full, with
+	// no consumer reading; their outcomes wait, nothing is dropped.
+	FullStreams []string
 }
 
 // PassRate is the share of complete groups that passed dynamic filtering.
@@ -164,6 +167,8 @@ type Collector struct {
 	// decisions is the stream of episodes' decisions, set by Run.
 	decisions jetstream.Stream
 	purgeWarn every
+	// full follows the output streams that refuse records for being full.
+	full fullStreams
 
 	mu      sync.Mutex
 	stats   Stats
@@ -175,13 +180,15 @@ func New(js jetstream.JetStream, opts Options) *Collector {
 	opts.setDefaults()
 	c := &Collector{
 		js: js, opts: opts, log: opts.Logger.With("actor", "collector"),
-		cache:      newCache(opts.CacheEpisodes, opts.CacheBytes),
-		finished:   newRecent(1 << 18),
+		cache: newCache(opts.CacheEpisodes, opts.CacheBytes),
+		// Only a shortcut: the decisions stream recognises older ones.
+		finished:   newRecent(1 << 16),
 		groups:     make(map[string]*group),
 		purgeWarn:  every{interval: time.Minute},
 		groupWarn:  every{interval: time.Minute},
 		groupOrder: list.New(),
 	}
+	c.full = fullStreams{interval: time.Minute, log: c.log}
 	c.counted = sync.NewCond(&c.mu)
 	return c
 }
@@ -209,8 +216,10 @@ func (c *Collector) WaitGroups(ctx context.Context, n uint64) bool {
 // Stats returns a snapshot of the counters.
 func (c *Collector) Stats() Stats {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stats
+	st := c.stats
+	c.mu.Unlock()
+	st.FullStreams = c.full.kinds()
+	return st
 }
 
 func (c *Collector) count(f func(*Stats)) {
@@ -331,7 +340,7 @@ func (c *Collector) sweep(ctx context.Context) {
 func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 	ev, err := messages.Decode[messages.StepEvent](m.Data())
 	if err == nil {
-		if id, perr := c.episodeOf(m.Subject()); perr != nil || id != ev.EpisodeID {
+		if run, id, perr := c.opts.Subjects.ParseSteps(m.Subject()); perr != nil || id != ev.EpisodeID || run != ev.RunID {
 			err = fmt.Errorf("step of episode %q published on subject %s", ev.EpisodeID, m.Subject())
 		}
 	}
@@ -362,7 +371,13 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	c.settle(m, c.decide(ctx, key, s), false)
+	err = c.decide(ctx, key, s)
+	if err == nil && c.finished.has(ev.EpisodeID) {
+		// The step decided its episode, and its outcome is stored.
+		c.ackAndPurge(ctx, m, ev.RunID, ev.EpisodeID)
+		return
+	}
+	c.settle(m, err, false)
 }
 
 // reject ignores a step no honest env worker sends. Runs are told apart by
@@ -388,7 +403,7 @@ func (c *Collector) decide(ctx context.Context, key runKey, s stored) error {
 			p.req = c.cache.request(id, key)
 		}
 		if p.req == nil {
-			ep, err := c.readEpisode(ctx, id)
+			ep, err := c.readEpisode(ctx, ev.RunID, id)
 			if err != nil {
 				return err
 			}
@@ -414,7 +429,7 @@ func (c *Collector) decide(ctx context.Context, key runKey, s stored) error {
 			c.cache.drop(id)
 			return nil
 		}
-		ep, err := c.readEpisode(ctx, id)
+		ep, err := c.readEpisode(ctx, ev.RunID, id)
 		if err != nil {
 			return err
 		}
@@ -450,11 +465,6 @@ func (c *Collector) forget(id string) {
 	c.count(func(*Stats) {})
 }
 
-// episodeOf returns the episode id a steps subject names.
-func (c *Collector) episodeOf(subject string) (string, error) {
-	return messages.ParseToken(strings.TrimPrefix(subject, strings.TrimSuffix(c.opts.Subjects.StepsAll(), ">")))
-}
-
 // malformedRun is the run a malformed step decides for: none.
 const malformedRun = "malformed"
 
@@ -467,9 +477,10 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 		V: messages.Version, Kind: messages.FailureMalformed, Reason: cause.Error(),
 		Subject: m.Subject(), Time: time.Now().UnixNano(), Payload: messages.FailurePayload(m.Data()),
 	}
-	id, err := c.episodeOf(m.Subject())
+	run, id, err := c.opts.Subjects.ParseSteps(m.Subject())
+	f.RunID = run
 	if err == nil && !c.finished.has(id) {
-		p := &partial{req: c.cache.request(id, runKey{})}
+		p := &partial{req: c.cache.request(id, runKey{}), run: run}
 		f.EpisodeID = id
 		if p.req != nil {
 			f.GroupID, f.Env = p.req.GroupID, p.req.Env
@@ -485,14 +496,14 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 		}
 		if won {
 			c.count(func(s *Stats) { s.Malformed++ })
-			c.settle(m, nil, true)
+			c.ackAndPurge(ctx, m, run, id)
 			return
 		}
 		c.forget(id)
 		f.EpisodeID, f.GroupID, f.Env = "", "", ""
 	}
 	// Of no episode, or of one decided already: a record of the message only.
-	if err := c.publish(ctx, c.opts.Subjects.Failures(messages.FailureMalformed), f, ""); err != nil {
+	if err := c.publish(ctx, c.opts.Subjects.Failures(f.RunID, messages.FailureMalformed), f, ""); err != nil {
 		c.settle(m, err, false)
 		return
 	}
@@ -504,6 +515,14 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 // recording that effect failed; term ends a message that can never succeed.
 func (c *Collector) settle(m jetstream.Msg, err error, term bool) {
 	switch {
+	case errors.Is(err, bus.ErrStreamFull):
+		// Logged by c.full, once a minute per stream. The step waits longer
+		// each time, so a stream nobody reads costs no busy loop.
+		var n uint64
+		if meta, merr := m.Metadata(); merr == nil {
+			n = meta.NumDelivered
+		}
+		_ = m.NakWithDelay(retryDelay(n))
 	case err != nil:
 		// Every terminal step fails alike while a stream refuses outcomes:
 		// one line a minute, with how many failed since, not one per step.
@@ -546,17 +565,23 @@ func (c *Collector) record(ctx context.Context, id, run string, p *partial) erro
 	return c.store(ctx, id, p)
 }
 
-// store publishes a decided episode's outcome, purges its steps and feeds
-// its group.
+// store publishes a decided episode's outcome and feeds its group. The
+// caller then acknowledges the step that decided it and purges its steps
+// (ackAndPurge).
 func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 	out := p.outcome
+	kind, err := kindTrajectory, error(nil)
 	if out.traj != nil {
-		if err := c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.Env), out.encoded, messages.TrajectoryMsgID(id)); err != nil {
-			return err
-		}
-	} else if err := c.publish(ctx, c.opts.Subjects.Failures(out.failure.Kind), out.failure, messages.TrajectoryMsgID(id)); err != nil {
+		err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.RunID, out.traj.Env), out.encoded, messages.TrajectoryMsgID(id))
+	} else {
+		kind = kindFailure
+		err = c.publish(ctx, c.opts.Subjects.Failures(out.failure.RunID, out.failure.Kind), out.failure, messages.TrajectoryMsgID(id))
+	}
+	if err != nil {
+		c.full.refused(kind, err, time.Second)
 		return err
 	}
+	c.full.stored(kind)
 	c.finish(id)
 	c.count(func(s *Stats) {
 		if out.traj != nil {
@@ -572,10 +597,27 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 		c.log.Warn("episode failed", "episode", id, "kind", out.failure.Kind, "reason", out.failure.Reason)
 	}
 	c.addToGroup(ctx, p, out.traj)
-	// Last: purging the steps also ends their pending deliveries, the
-	// terminal step's included, so from here on the episode looks handled.
-	c.purge(ctx, id)
 	return nil
+}
+
+// ackAndPurge acknowledges the step that decided an episode (its outcome
+// stored, its group fed), waiting for the server to confirm, and then
+// purges the episode's steps: last, so from here on the episode looks
+// handled. The order matters. A purge of a subject narrower than the
+// consumer's filter that ends a pending delivery moves the consumer's ack
+// floor (nats-server 2.15) past the other steps still pending, such as
+// terminal steps handed back with a delay while an output stream is full,
+// which are then never delivered again and their episodes never decided.
+// An unconfirmed acknowledgement leaves the steps to their max age rather
+// than risk that.
+func (c *Collector) ackAndPurge(ctx context.Context, m jetstream.Msg, run, id string) {
+	if err := bus.Retry(ctx, m.DoubleAck); err != nil {
+		if c.purgeWarn.allow(time.Now()) {
+			c.log.Warn("acknowledging a decided episode's step failed; its steps stay until their max age", "episode", id, "err", err)
+		}
+		return
+	}
+	c.purge(ctx, run, id)
 }
 
 // encode encodes a trajectory, or reports that it cannot be published: too
@@ -642,9 +684,9 @@ func (c *Collector) decision(ctx context.Context, id string) (*jetstream.RawStre
 
 // purge drops a decided episode's steps. A failure costs only disk until
 // the steps' max age, so it is logged (once a minute at most), not retried.
-func (c *Collector) purge(ctx context.Context, id string) {
+func (c *Collector) purge(ctx context.Context, run, id string) {
 	err := bus.Retry(ctx, func(ctx context.Context) error {
-		return c.steps.Purge(ctx, jetstream.WithPurgeSubject(c.opts.Subjects.Steps(id)))
+		return c.steps.Purge(ctx, jetstream.WithPurgeSubject(c.opts.Subjects.Steps(run, id)))
 	})
 	if err != nil && c.purgeWarn.allow(time.Now()) {
 		c.log.Warn("purging a decided episode's steps failed; they stay until their max age", "episode", id, "err", err)
@@ -688,9 +730,9 @@ type storedEpisode struct {
 
 // readEpisode reads every stored step of an episode. A message that cannot
 // be decoded is skipped: its own delivery records it.
-func (c *Collector) readEpisode(ctx context.Context, id string) (*storedEpisode, error) {
+func (c *Collector) readEpisode(ctx context.Context, runID, id string) (*storedEpisode, error) {
 	ep := &storedEpisode{runs: make(map[runKey]run)}
-	subject := c.opts.Subjects.Steps(id)
+	subject := c.opts.Subjects.Steps(runID, id)
 	for seq := uint64(1); ; {
 		raw, err := c.getStep(ctx, seq, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -810,7 +852,7 @@ func (c *Collector) addToGroup(ctx context.Context, p *partial, t *messages.Traj
 		c.count(func(s *Stats) { s.Groups++; s.GroupsFiltered++ })
 		return
 	}
-	grp := &messages.Group{V: messages.Version, GroupID: req.GroupID, Env: g.env, MeanScore: mean, Trajectories: g.trajs}
+	grp := &messages.Group{V: messages.Version, RunID: p.runID(), GroupID: req.GroupID, Env: g.env, MeanScore: mean, Trajectories: g.trajs}
 	if err := c.publishGroup(ctx, grp); err != nil {
 		c.log.Error("group not published", "group", req.GroupID, "err", err)
 		return
@@ -827,11 +869,14 @@ func (c *Collector) addToGroup(ctx context.Context, p *partial, t *messages.Traj
 func (c *Collector) publishGroup(ctx context.Context, grp *messages.Group) error {
 	delay := time.Second
 	for {
-		err := c.publish(ctx, c.opts.Subjects.Groups(grp.Env), grp, grp.GroupID)
+		err := c.publish(ctx, c.opts.Subjects.Groups(grp.RunID, grp.Env), grp, grp.GroupID)
+		if err == nil {
+			c.full.stored(kindGroup)
+		}
 		if err == nil || errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 			return err
 		}
-		if c.groupWarn.allow(time.Now()) {
+		if !c.full.refused(kindGroup, err, delay) && c.groupWarn.allow(time.Now()) {
 			c.log.Warn("groups stream refuses a group (full, with no consumer reading?); retrying", "group", grp.GroupID, "retry_in", delay, "err", err)
 		}
 		t := time.NewTimer(delay)

@@ -13,7 +13,8 @@ import (
 // order.
 type partial struct {
 	req  *messages.EpisodeRequest
-	next int32 // next turn to apply
+	run  string // the episode's run id, known from any of its steps
+	next int32  // next turn to apply
 
 	tokens      []int32
 	logprobs    []float32
@@ -81,6 +82,9 @@ func assemble(r run, last int32) (*partial, bool) {
 // apply adds the next step in order; a terminal step decides the outcome.
 func (p *partial) apply(ev *messages.StepEvent) {
 	p.next = ev.Turn + 1
+	if ev.RunID != "" {
+		p.run = ev.RunID
+	}
 	if ev.Episode != nil && p.req == nil {
 		p.req = ev.Episode
 	}
@@ -149,7 +153,7 @@ func (p *partial) build(id string) *outcome {
 		style = messages.ObsChat
 	}
 	t := &messages.Trajectory{
-		V: messages.Version, EpisodeID: req.EpisodeID, GroupID: req.GroupID,
+		V: messages.Version, RunID: p.runID(), EpisodeID: req.EpisodeID, GroupID: req.GroupID,
 		SampleIndex: req.SampleIndex, GroupSize: req.GroupSize, Env: req.Env, EnvSeed: req.EnvSeed,
 		Prompt: req.Prompt, Label: req.Label,
 		ObservationTokens: p.tokens, ActionRanges: p.ranges, RolloutLogProbs: p.logprobs,
@@ -184,13 +188,21 @@ func newSample(ev *messages.StepEvent) messages.Sample {
 	}
 }
 
+// runID is the episode's run: its request's, or what its steps said.
+func (p *partial) runID() string {
+	if p.req != nil && p.req.RunID != "" {
+		return p.req.RunID
+	}
+	return p.run
+}
+
 func (p *partial) failure(kind, reason string) *messages.Failure {
 	return p.failureAt(kind, reason, p.next-1, p.req.EpisodeID)
 }
 
 func (p *partial) failureAt(kind, reason string, turn int32, id string) *messages.Failure {
 	f := &messages.Failure{
-		V: messages.Version, EpisodeID: id, Kind: kind, Reason: reason,
+		V: messages.Version, RunID: p.runID(), EpisodeID: id, Kind: kind, Reason: reason,
 		Turn: max(turn, 0), Time: time.Now().UnixNano(),
 	}
 	if p.req != nil {

@@ -60,7 +60,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		}
 		ep := &episode{w: w, halt: halt}
 		err := ep.store(ctx, "record a malformed request", func(ctx context.Context) error {
-			return w.publish(ctx, w.opts.Subjects.Failures(messages.FailureMalformed), f, "")
+			return w.publish(ctx, w.opts.Subjects.Failures("", messages.FailureMalformed), f, "")
 		})
 		if err != nil {
 			w.log.Error("record malformed request", "err", err)
@@ -501,10 +501,10 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	// Its own message id: the turn it names may have been stored already
 	// (a republished step) or never (a step that failed to publish), and
 	// the collector decides on an error step whatever turns came before.
-	ev.Request, ev.Run = e.request, e.nonce
+	ev.Request, ev.Run, ev.RunID = e.request, e.nonce, e.req.RunID
 	id := messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn) + "/error"
 	return e.store(ctx, "record the episode's failure", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, id)
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.EpisodeID), ev, id)
 	})
 }
 
@@ -512,9 +512,9 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 // take it; a step too large to publish fails the episode rather than being
 // retried forever.
 func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error {
-	ev.Request, ev.Run = e.request, e.nonce
+	ev.Request, ev.Run, ev.RunID = e.request, e.nonce, e.req.RunID
 	err := e.store(ctx, "store a step", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn))
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn))
 	})
 	if errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 		return fmt.Errorf("%w: step %d: %v", errEpisode, ev.Turn, err)

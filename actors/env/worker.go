@@ -33,6 +33,12 @@ type Options struct {
 	// Durable is the shared consumer name all env workers pull from
 	// (default "envworker").
 	Durable string
+	// Run limits the worker to the episodes of one run (EpisodeRequest.RunID),
+	// as rollout run's own worker does, so that leftovers of another run on
+	// the same server are never played by it; empty serves every run. A
+	// worker of one run has its own consumer, named after the run, which
+	// the server deletes after an hour unused.
+	Run string
 	// Envs limits the worker to these env ids; empty hosts every env.
 	// Workers hosting the same set share a consumer named after the set.
 	// The episodes stream is a work queue, which refuses consumers whose
@@ -188,6 +194,13 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 		MaxAckPending: 1 << 16,
 		FilterSubject: opts.Subjects.EpisodesAll(),
 	}
+	run := messages.AnyRun
+	if opts.Run != "" {
+		run = opts.Run
+		cfg.FilterSubject = opts.Subjects.EpisodesOfRun(run)
+		cfg.Durable = fmt.Sprintf("%s-run-%s", opts.Durable, messages.NameToken(run))
+		cfg.InactiveThreshold = time.Hour
+	}
 	if len(opts.Envs) > 0 {
 		// Workers hosting the same envs share one consumer; each set of envs
 		// has its own, named after it, and pulls only its envs' subjects.
@@ -197,10 +210,10 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 		for _, id := range ids {
 			h.Write([]byte(id))
 			h.Write([]byte{0})
-			cfg.FilterSubjects = append(cfg.FilterSubjects, opts.Subjects.Episodes(id))
+			cfg.FilterSubjects = append(cfg.FilterSubjects, opts.Subjects.EpisodesFilter(run, id))
 		}
 		cfg.FilterSubject = ""
-		cfg.Durable = fmt.Sprintf("%s-%08x", opts.Durable, h.Sum32())
+		cfg.Durable = fmt.Sprintf("%s-%08x", cfg.Durable, h.Sum32())
 	}
 	return cfg
 }

@@ -219,11 +219,13 @@ func (c *gatewayCmd) writeOutputs(ctx context.Context, nc *nats.Conn, subj messa
 		return f, nil
 	}
 	for _, out := range []struct {
-		path, stream string
-		decode       func([]byte) (any, error)
+		path, stream, filter, name string
+		decode                     func([]byte) (any, error)
 	}{
-		{c.Out, subj.StreamTrajectories(), func(b []byte) (any, error) { return messages.Decode[messages.Trajectory](b) }},
-		{c.FailuresOut, subj.StreamFailures(), func(b []byte) (any, error) { return messages.Decode[messages.Failure](b) }},
+		{c.Out, subj.StreamTrajectories(), subj.TrajectoriesOfRun(gateway.DefaultRun), "gateway-trajectories",
+			func(b []byte) (any, error) { return messages.Decode[messages.Trajectory](b) }},
+		{c.FailuresOut, subj.StreamFailures(), subj.FailuresOfRun(gateway.DefaultRun), "gateway-failures",
+			func(b []byte) (any, error) { return messages.Decode[messages.Failure](b) }},
 	} {
 		if out.path == "" {
 			continue
@@ -233,8 +235,12 @@ func (c *gatewayCmd) writeOutputs(ctx context.Context, nc *nats.Conn, subj messa
 			return err
 		}
 		// Records published while the gateway stops are written too: the
-		// consumer lives until its cleanup, not until the signal.
-		cons, err := js.OrderedConsumer(context.WithoutCancel(ctx), out.stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+		// consumer lives until its cleanup, not until the signal. The
+		// streams are work queues: a record is acknowledged, and so freed,
+		// once written.
+		cons, err := js.CreateOrUpdateConsumer(context.WithoutCancel(ctx), out.stream, jetstream.ConsumerConfig{
+			Durable: out.name, FilterSubject: out.filter, AckPolicy: jetstream.AckExplicitPolicy,
+		})
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", out.stream, err)
 		}
@@ -248,6 +254,7 @@ func (c *gatewayCmd) writeOutputs(ctx context.Context, nc *nats.Conn, subj messa
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "writing %s: %v\n", out.path, err)
 			}
+			_ = m.Ack()
 		})
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", out.stream, err)

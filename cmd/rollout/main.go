@@ -29,6 +29,7 @@ type cli struct {
 	Toyllm  toyllmCmd  `cmd:"" help:"Serve the built-in stand-in model (vLLM's HTTP API) alone."`
 	Server  serverCmd  `cmd:"" help:"Serve a standalone NATS server with JetStream for a local fleet."`
 	Gateway gatewayCmd `cmd:"" help:"Serve the OpenAI-compatible gateway that records sessions as trajectories."`
+	Consume consumeCmd `cmd:"" help:"Read groups (or trajectories, failures) from a fleet as a trainer does, acknowledging each."`
 }
 
 func main() {

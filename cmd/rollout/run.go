@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -23,13 +24,16 @@ type runCmd struct {
 	ApplyChatTemplate bool          `help:"Wrap dataset prompts as the first user turn of the chat template."`
 	NSamples          int           `default:"1" help:"Samples per prompt (group size)."`
 	Concurrency       int           `default:"256" help:"Most episodes in flight."`
+	SubmitWindow      int           `help:"Most submitted episodes not yet decided (default twice --concurrency, at least 4096)."`
 	MaxLength         int           `default:"4096" help:"Whole-trajectory token budget."`
 	MaxTokens         int           `default:"256" help:"Per-turn generation cap (0 = the whole remaining budget)."`
 	Temperature       float64       `default:"1" help:"Sampling temperature."`
 	TopP              float64       `default:"1" help:"Nucleus sampling."`
 	Seed              *uint64       `help:"Seed for a reproducible run (random if unset)."`
-	Out               string        `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout), replaced only once the run has started."`
+	Out               string        `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout), replaced only when the run finishes; with --filter only the kept groups' trajectories."`
 	FailuresOut       string        `help:"Also write failure records as JSONL to this file (replaced as --out is)."`
+	GroupsOut         string        `help:"Also write groups as JSONL to this file, one object per group with its trajectories (replaced as --out is)."`
+	Resume            string        `placeholder:"RUN_ID" help:"Continue the interrupted run RUN_ID (same --out): episodes already written are not played again, none is written twice."`
 	Remote            []string      `sep:"none" help:"Also host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
 	VLLM              []string      `sep:"," help:"vLLM base URL(s); default: the built-in stand-in model."`
 	Model             string        `help:"Served model name (default: the server's first)."`
@@ -74,6 +78,13 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	if c.SubmitOnly && c.NATS == "" {
 		return sum, errors.New("--submit-only needs --nats")
 	}
+	run := fleet.NewRunID()
+	if c.Resume != "" {
+		if err := c.loadManifest(); err != nil {
+			return sum, err
+		}
+		run = c.Resume
+	}
 	filter, err := cmdutil.FilterRange(c.Filter, c.FilterRange)
 	if err != nil {
 		return sum, err
@@ -94,52 +105,46 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
 		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
-		Filter: filter, Remote: remote, Out: os.Stdout, Logger: cmdutil.Logger(c.LogLevel),
+		Filter: filter, Remote: remote, Out: os.Stdout, Logger: cmdutil.Logger(c.LogLevel), RunID: run, SubmitWindow: c.SubmitWindow,
 		ToyLLM: toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent},
 	}
-	// The outputs are written beside their paths and replace them only once
-	// the run has started: a run that fails to start leaves them as they were.
-	var outputs []*fleet.Output
+	if opts.Seed == nil {
+		// Drawn here so that the manifest can make the same episodes again.
+		s := rand.Uint64()
+		opts.Seed = &s
+	}
+	files, err := c.openRunFiles(&opts)
+	if err != nil {
+		return sum, err
+	}
 	defer func() {
-		var closeErr error
-		for _, o := range outputs {
-			if cerr := o.Close(sum.Started); cerr != nil && closeErr == nil {
-				closeErr = cerr
-			}
-		}
-		if sum.Started && closeErr == nil && c.Out != "-" {
-			fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.Trajectories, c.Out)
-		}
-		if err == nil {
-			err = closeErr
+		if cerr := files.close(sum, err); err == nil {
+			err = cerr
 		}
 	}()
-	if c.Out != "-" {
-		o, err := fleet.CreateOutput(c.Out)
-		if err != nil {
-			return sum, err
-		}
-		outputs = append(outputs, o)
-		opts.Out = o
-	}
-	if c.FailuresOut != "" {
-		o, err := fleet.CreateOutput(c.FailuresOut)
-		if err != nil {
-			return sum, err
-		}
-		outputs = append(outputs, o)
-		opts.FailuresOut = o
-	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		var bar *progressbar.ProgressBar
+		full := ""
+		newBar := func(total int) {
+			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+				progressbar.OptionSetDescription("episodes"+full), progressbar.OptionShowCount(),
+				progressbar.OptionShowIts(), progressbar.OptionSetItsString("ep"),
+				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		}
 		opts.Progress = func(done, total int) {
 			if bar == nil {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
-					progressbar.OptionSetDescription("episodes"), progressbar.OptionShowCount(),
-					progressbar.OptionShowIts(), progressbar.OptionSetItsString("ep"),
-					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+				newBar(total)
 			}
 			_ = bar.Set(done)
+		}
+		opts.Full = func(kinds []string) {
+			full = ""
+			for _, k := range kinds {
+				full += " [" + k + " stream full: no consumer is reading]"
+			}
+			if bar != nil {
+				bar.Describe("episodes" + full)
+			}
 		}
 	}
 	sum, err = fleet.Run(ctx, opts)
@@ -150,4 +155,150 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		fmt.Fprintln(os.Stderr, sum.String())
 	}
 	return sum, err
+}
+
+// loadManifest takes the interrupted run's job from its manifest beside
+// --out: the flags that define its episodes are the manifest's.
+func (c *runCmd) loadManifest() error {
+	if c.Out == "-" {
+		return errors.New("--resume needs the --out file of the interrupted run")
+	}
+	m, err := fleet.LoadManifest(c.Out, c.Resume)
+	if err != nil {
+		return err
+	}
+	c.Env, c.Episodes, c.Dataset, c.ObsStyle, c.ApplyChatTemplate = m.Env, m.Episodes, m.Dataset, m.ObsStyle, m.ApplyChatTemplate
+	c.NSamples, c.MaxLength, c.MaxTokens, c.Temperature, c.TopP = m.NSamples, m.MaxLength, m.MaxTokens, m.Temperature, m.TopP
+	c.Seed = &m.Seed
+	c.Filter, c.FilterRange = m.Filter != nil, m.Filter
+	if !c.Filter {
+		c.FilterRange = []float64{0, 1}
+	}
+	c.FailuresOut, c.GroupsOut = m.FailuresOut, m.GroupsOut
+	return nil
+}
+
+// runFiles are a run's outputs, ledger and manifest.
+type runFiles struct {
+	out, run string
+	outputs  []*fleet.Output
+	ledger   *fleet.Ledger
+}
+
+// openRunFiles creates (or, resuming, reopens) the run's outputs beside
+// their paths, its ledger and manifest beside --out.
+func (c *runCmd) openRunFiles(opts *fleet.Options) (*runFiles, error) {
+	f := &runFiles{out: c.Out, run: opts.RunID}
+	resume := c.Resume != ""
+	open := func(path string) (*fleet.Output, error) {
+		o, err := fleet.CreateOutput(path, opts.RunID, resume)
+		if err != nil {
+			f.discard()
+			return nil, err
+		}
+		f.outputs = append(f.outputs, o)
+		return o, nil
+	}
+	var outs [3]*fleet.Output // trajectories, failures, groups
+	for k, path := range []string{c.Out, c.FailuresOut, c.GroupsOut} {
+		if path == "" || path == "-" {
+			continue
+		}
+		o, err := open(path)
+		if err != nil {
+			return nil, err
+		}
+		outs[k] = o
+	}
+	if outs[0] != nil {
+		opts.Out = outs[0]
+	}
+	if outs[1] != nil {
+		opts.FailuresOut = outs[1]
+	}
+	if outs[2] != nil {
+		opts.GroupsOut = outs[2]
+	}
+	if c.Out == "-" {
+		return f, nil
+	}
+	l, err := fleet.OpenLedger(c.Out, opts.RunID, resume, fleet.LedgerFiles{
+		Trajectories: outs[0], Failures: outs[1], Groups: outs[2], GroupSize: max(c.NSamples, 1), TrajectoriesFromGroups: opts.Filter != nil,
+	})
+	if err != nil {
+		f.discard()
+		return nil, err
+	}
+	f.ledger, opts.Ledger = l, l
+	if resume {
+		fmt.Fprintf(os.Stderr, "resuming run %s: %d episodes written before\n", opts.RunID, l.Episodes())
+		return f, nil
+	}
+	m := fleet.Manifest{
+		RunID: opts.RunID, Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle,
+		ApplyChatTemplate: c.ApplyChatTemplate, NSamples: c.NSamples, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
+		Temperature: c.Temperature, TopP: c.TopP, Seed: *opts.Seed, FailuresOut: c.FailuresOut, GroupsOut: c.GroupsOut,
+	}
+	if opts.Filter != nil {
+		m.Filter = []float64{opts.Filter.Low, opts.Filter.High}
+	}
+	if err := fleet.SaveManifest(c.Out, m); err != nil {
+		f.discard()
+		return nil, err
+	}
+	return f, nil
+}
+
+// discard removes everything of a run that never started.
+func (f *runFiles) discard() {
+	for _, o := range f.outputs {
+		_ = o.Discard()
+	}
+	if f.ledger != nil {
+		_ = f.ledger.Close(true)
+		_ = fleet.RemoveManifest(f.out, f.run)
+	}
+}
+
+// close ends the run's files: a finished run's outputs replace their
+// destinations; an unfinished one's stay for --resume; a run that never
+// started leaves no trace.
+func (f *runFiles) close(sum fleet.Summary, runErr error) error {
+	switch {
+	case !sum.Started:
+		f.discard()
+		return nil
+	case runErr != nil:
+		var err error
+		for _, o := range f.outputs {
+			if serr := o.Suspend(); err == nil {
+				err = serr
+			}
+		}
+		if f.ledger != nil {
+			if cerr := f.ledger.Close(false); err == nil {
+				err = cerr
+			}
+			fmt.Fprintf(os.Stderr, "run %s unfinished: what it wrote is kept; continue it with: rollout run --resume %s --out %s (and the same --data-dir or --nats)\n", f.run, f.run, f.out)
+		}
+		return err
+	}
+	var err error
+	for _, o := range f.outputs {
+		if ferr := o.Finish(); err == nil {
+			err = ferr
+		}
+	}
+	if f.ledger != nil {
+		if cerr := f.ledger.Close(true); err == nil {
+			err = cerr
+		}
+		if rerr := fleet.RemoveManifest(f.out, f.run); err == nil {
+			err = rerr
+		}
+	}
+	if err == nil && f.out != "-" {
+		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.Trajectories, f.out)
+	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/fleet"
 )
 
@@ -154,17 +156,134 @@ func TestRunExitStatus(t *testing.T) {
 	}
 }
 
-// checkNoTempFiles fails if an output's temporary file is left in dir.
+// checkNoTempFiles fails if a run's part files, ledger or manifest are
+// left in dir.
 func checkNoTempFiles(t *testing.T, dir string) {
+	t.Helper()
+	if left := runFilesIn(t, dir); len(left) > 0 {
+		t.Errorf("run files left behind: %v", left)
+	}
+}
+
+// runFilesIn lists the run files (.part, ledger, manifest) in dir.
+func runFilesIn(t *testing.T, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var files []string
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".tmp") {
-			t.Errorf("temporary file %s left behind", e.Name())
+		if n := e.Name(); strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".part") || strings.HasSuffix(n, ".done") || strings.HasSuffix(n, ".run.json")) {
+			files = append(files, n)
 		}
+	}
+	return files
+}
+
+// TestRunResumeAfterKill: rollout run is killed (SIGKILL) mid-run; --resume
+// with its run id finishes it, on the same data dir or on a fresh server,
+// and the output holds every episode exactly once, the groups output every
+// group at most once, and no run file is left.
+func TestRunResumeAfterKill(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		dataDir bool
+	}{{"same data dir", true}, {"fresh server", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			const episodes = 600
+			args := []string{"run", "--env", "game:GuessTheNumber-v0", "--episodes", strconv.Itoa(episodes), "--n-samples", "2",
+				"--concurrency", "32", "--toy-latency", "500us", "--seed", "7",
+				"--out", "out.jsonl", "--failures-out", "failures.jsonl", "--groups-out", "groups.jsonl"}
+			var dataArgs []string
+			if tc.dataDir {
+				dataArgs = []string{"--data-dir", filepath.Join(dir, "nats")}
+			}
+			cmd := exec.Command(rolloutBin(t), append(args, dataArgs...)...)
+			cmd.Dir = dir
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			// Killed once some episodes are written, well before the end.
+			var ledger string
+			bustest.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+				for _, f := range runFilesIn(t, dir) {
+					if strings.HasSuffix(f, ".done") {
+						ledger = filepath.Join(dir, f)
+						if data, _ := os.ReadFile(ledger); bytes.Count(data, []byte("\ne")) >= 100 {
+							return nil
+						}
+					}
+				}
+				select {
+				case err := <-exited:
+					t.Fatalf("the run ended before it was killed: %v\n%s", err, stderr.String())
+				default:
+				}
+				return errors.New("fewer than 100 episodes written")
+			})
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			<-exited
+			run := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(ledger), ".out.jsonl."), ".done")
+			if _, err := os.Stat(filepath.Join(dir, "out.jsonl")); err == nil {
+				t.Fatal("the killed run's output reached its destination")
+			}
+
+			status, msg := rollout(t, dir, append([]string{"run", "--resume", run, "--out", "out.jsonl"}, dataArgs...)...)
+			if status != 0 {
+				t.Fatalf("resume exited %d\n%s", status, msg)
+			}
+			data, err := os.ReadFile(filepath.Join(dir, "out.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int{}
+			for line := range bytes.Lines(data) {
+				var tr struct {
+					RunID     string `json:"run_id"`
+					EpisodeID string `json:"episode_id"`
+				}
+				if err := json.Unmarshal(line, &tr); err != nil || tr.RunID != run {
+					t.Fatalf("line %q: %v (run %q, want %q)", line, err, tr.RunID, run)
+				}
+				seen[tr.EpisodeID]++
+			}
+			if got := lines(t, filepath.Join(dir, "failures.jsonl")); len(seen)+got != episodes {
+				t.Errorf("%d distinct trajectories and %d failures, want %d episodes", len(seen), got, episodes)
+			}
+			for id, n := range seen {
+				if n != 1 {
+					t.Errorf("episode %s written %d times", id, n)
+				}
+			}
+			groups := map[string]int{}
+			gdata, err := os.ReadFile(filepath.Join(dir, "groups.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for line := range bytes.Lines(gdata) {
+				var g struct {
+					GroupID string `json:"group_id"`
+				}
+				if err := json.Unmarshal(line, &g); err != nil {
+					t.Fatal(err)
+				}
+				if groups[g.GroupID]++; groups[g.GroupID] > 1 {
+					t.Errorf("group %s written twice", g.GroupID)
+				}
+			}
+			if len(groups) == 0 || len(groups) > episodes/2 {
+				t.Errorf("%d groups written, want 1 to %d", len(groups), episodes/2)
+			}
+			checkNoTempFiles(t, dir)
+		})
 	}
 }
 

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// consumeCmd reads one kind of output record as a trainer does: a durable
+// consumer on the work-queue stream, each record acknowledged (and so freed
+// from the stream) once written.
+type consumeCmd struct {
+	Kind    string        `default:"groups" enum:"groups,trajectories,failures" help:"Records to read: groups, trajectories or failures."`
+	RunID   string        `name:"run" help:"Read only this run's records (default: every run's)."`
+	Durable string        `default:"trainer" help:"Durable consumer name: readers sharing it share the records."`
+	Out     string        `help:"Write each record as a JSON line to this file ('-' for stdout); default: discard."`
+	Every   time.Duration `default:"10s" help:"Print the count read so far this often (0: never)."`
+	cmdutil.Fleet
+}
+
+// Run reads until interrupted.
+func (c *consumeCmd) Run() error {
+	log := cmdutil.Logger(c.LogLevel)
+	ctx, stop := cmdutil.SignalContext()
+	defer stop()
+	nc, js, subj, err := c.Connect(ctx, "consume-"+c.Durable, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	stream, filter := subj.StreamGroups(), subj.GroupsAll()
+	decode := func(b []byte) (any, error) { return messages.Decode[messages.Group](b) }
+	switch c.Kind {
+	case "trajectories":
+		stream, filter = subj.StreamTrajectories(), subj.TrajectoriesAll()
+		decode = func(b []byte) (any, error) { return messages.Decode[messages.Trajectory](b) }
+	case "failures":
+		stream, filter = subj.StreamFailures(), subj.FailuresAll()
+		decode = func(b []byte) (any, error) { return messages.Decode[messages.Failure](b) }
+	}
+	if c.RunID != "" {
+		filter = map[string]string{
+			"groups": subj.GroupsOfRun(c.RunID), "trajectories": subj.TrajectoriesOfRun(c.RunID), "failures": subj.FailuresOfRun(c.RunID),
+		}[c.Kind]
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: c.Durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer %s on %s: %w", c.Durable, stream, err)
+	}
+	var w *bufio.Writer
+	switch c.Out {
+	case "":
+	case "-":
+		w = bufio.NewWriter(os.Stdout)
+	default:
+		f, err := os.OpenFile(c.Out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = bufio.NewWriterSize(f, 1<<20)
+	}
+	return consume(ctx, cons, decode, w, c.Every, c.Kind)
+}
+
+// consume fetches records in batches, writes them, flushes and then
+// acknowledges them, until ctx ends.
+func consume(ctx context.Context, cons jetstream.Consumer, decode func([]byte) (any, error), w *bufio.Writer, every time.Duration, kind string) error {
+	var n, last int
+	lastPrint := time.Now()
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			if w != nil {
+				v, err := decode(m.Data())
+				if err == nil {
+					err = writeJSONLine(w, v)
+				}
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "rollout consume: %s: %v\n", m.Subject(), err)
+				}
+			}
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "rollout consume: fetch: %v\n", err)
+		}
+		if w != nil {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+		for _, m := range msgs {
+			_ = m.Ack()
+		}
+		n += len(msgs)
+		if every > 0 && time.Since(lastPrint) >= every && n != last {
+			fmt.Fprintf(os.Stderr, "%s read: %d\n", kind, n)
+			last, lastPrint = n, time.Now()
+		}
+	}
+	fmt.Fprintf(os.Stderr, "%s read: %d\n", kind, n)
+	return nil
+}
+
+// writeJSONLine writes v as one JSON line.
+func writeJSONLine(w io.Writer, v any) error {
+	if t, ok := v.(*messages.Trajectory); ok {
+		line, err := t.MarshalJSON()
+		if err == nil {
+			_, err = w.Write(append(line, '\n'))
+		}
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}

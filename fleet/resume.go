@@ -1,0 +1,331 @@
+package fleet
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// bitset is a set of small non-negative integers.
+type bitset []uint64
+
+func (b *bitset) add(i int) {
+	for len(*b) <= i/64 {
+		*b = append(*b, 0)
+	}
+	(*b)[i/64] |= 1 << (i % 64)
+}
+
+func (b bitset) has(i int) bool { return i >= 0 && i/64 < len(b) && b[i/64]&(1<<(i%64)) != 0 }
+
+// Ledger is what a run has written, episode by episode, kept beside its
+// output as .<name>.<run>.done so that an interrupted run can be resumed:
+// an episode is entered once its outcome was written to the outputs, and
+// before it is acknowledged on the stream. On resume the ledger and the
+// outputs' part files say which episodes and groups were written; those
+// are neither played nor written again.
+type Ledger struct {
+	run      string
+	resumed  bool
+	f        *os.File
+	w        *bufio.Writer
+	episodes bitset
+	groups   bitset
+}
+
+// LedgerPath is where run's ledger is kept for an output path.
+func LedgerPath(out, run string) string {
+	dir, base := filepath.Split(out)
+	return filepath.Join(dir, "."+base+"."+messages.NameToken(run)+".done")
+}
+
+// LedgerFiles are a run's outputs, read by a resumed run's ledger; any may
+// be nil.
+type LedgerFiles struct {
+	Trajectories, Failures, Groups *Output
+	// GroupSize is the run's n samples per prompt.
+	GroupSize int
+	// TrajectoriesFromGroups: the trajectories output is written group by
+	// group (a run with a filter), so a trajectory there means its group
+	// was written.
+	TrajectoriesFromGroups bool
+}
+
+// OpenLedger creates run's ledger beside out, or with resume reopens it
+// and reads what the ledger and the part files hold.
+func OpenLedger(out, run string, resume bool, files LedgerFiles) (*Ledger, error) {
+	path := LedgerPath(out, run)
+	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	if resume {
+		flags = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if resume && errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNoPartialOutput, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fleet: ledger: %w", err)
+	}
+	l := &Ledger{run: run, f: f, resumed: resume}
+	if resume {
+		if err := l.load(); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := l.scan(files); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	l.w = bufio.NewWriterSize(f, 64<<10)
+	return l, nil
+}
+
+// load reads the ledger's entries ("e <n>" an episode, "g <n>" a group),
+// ignoring a last line cut short.
+func (l *Ledger) load() error {
+	data, err := io.ReadAll(l.f)
+	if err != nil {
+		return fmt.Errorf("fleet: ledger: %w", err)
+	}
+	end := bytes.LastIndexByte(data, '\n') + 1
+	for line := range bytes.SplitSeq(data[:end], []byte("\n")) {
+		if len(line) < 3 || line[1] != ' ' {
+			continue
+		}
+		n, err := strconv.Atoi(string(line[2:]))
+		if err != nil || n < 0 {
+			continue
+		}
+		switch line[0] {
+		case 'e':
+			l.episodes.add(n)
+		case 'g':
+			l.groups.add(n)
+		}
+	}
+	if err := l.f.Truncate(int64(end)); err != nil {
+		return fmt.Errorf("fleet: ledger: %w", err)
+	}
+	_, err = l.f.Seek(int64(end), io.SeekStart)
+	return err
+}
+
+// scan enters what the outputs' part files hold: a line written just
+// before an interruption may not have reached the ledger.
+func (l *Ledger) scan(files LedgerFiles) error {
+	n := max(files.GroupSize, 1)
+	episodes := func(fromGroups bool) func([]byte) {
+		return func(line []byte) {
+			if i, ok := episodeIndex(l.run, firstString(line, "episode_id")); ok {
+				l.episodes.add(i)
+				if fromGroups {
+					l.groups.add(i / n)
+				}
+			}
+		}
+	}
+	if o := files.Trajectories; o != nil {
+		if err := o.Lines(episodes(files.TrajectoriesFromGroups)); err != nil {
+			return err
+		}
+	}
+	if o := files.Failures; o != nil {
+		if err := o.Lines(episodes(false)); err != nil {
+			return err
+		}
+	}
+	if o := files.Groups; o != nil {
+		return o.Lines(func(line []byte) {
+			if g, ok := groupIndex(l.run, firstString(line, "group_id")); ok {
+				l.groups.add(g)
+			}
+		})
+	}
+	return nil
+}
+
+// firstString returns the string value of the first key in a JSON line,
+// which in rollfleet's output comes before any nested record. Ids of
+// rollout run's episodes need no escaping, so the raw bytes are the id.
+func firstString(line []byte, key string) string {
+	pat := []byte(`"` + key + `":"`)
+	i := bytes.Index(line, pat)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(pat):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return string(rest[:j])
+}
+
+// Resumed reports whether the ledger continues an interrupted run.
+func (l *Ledger) Resumed() bool { return l.resumed }
+
+// Episode reports whether episode number i was written.
+func (l *Ledger) Episode(i int) bool { return l.episodes.has(i) }
+
+// Group reports whether group number g was written.
+func (l *Ledger) Group(g int) bool { return l.groups.has(g) }
+
+// Episodes counts the written episodes.
+func (l *Ledger) Episodes() int {
+	n := 0
+	for _, w := range l.episodes {
+		for ; w != 0; w &= w - 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// addEpisode enters episode i; flush makes it durable, after the outputs
+// and before the records are acknowledged.
+func (l *Ledger) addEpisode(i int) { l.episodes.add(i); l.write('e', i) }
+
+// addGroup enters group g, as addEpisode.
+func (l *Ledger) addGroup(g int) { l.groups.add(g); l.write('g', g) }
+
+// write buffers an entry. The buffer holds more than a commit's entries,
+// so none reaches the file before the outputs it vouches for.
+func (l *Ledger) write(kind byte, n int) {
+	l.w.WriteByte(kind)
+	l.w.WriteByte(' ')
+	l.w.WriteString(strconv.Itoa(n))
+	l.w.WriteByte('\n')
+}
+
+func (l *Ledger) flush() error {
+	if err := l.w.Flush(); err != nil {
+		return fmt.Errorf("fleet: ledger: %w", err)
+	}
+	return nil
+}
+
+// Close closes the ledger; with remove (the run finished) it is deleted.
+func (l *Ledger) Close(remove bool) error {
+	err := l.w.Flush()
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	if remove {
+		if rerr := os.Remove(l.f.Name()); err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// groupIndex returns the number of one of run's groups, from its id.
+func groupIndex(run, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, run+"-g")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	return i, err == nil && i >= 0 && GroupID(run, i) == id
+}
+
+// Manifest is what defines a run's episodes, kept beside its output as
+// .<name>.<run>.run.json while the run is unfinished, so that --resume
+// makes the same episodes.
+type Manifest struct {
+	RunID             string    `json:"run_id"`
+	Env               string    `json:"env,omitempty"`
+	Episodes          int       `json:"episodes,omitempty"`
+	Dataset           string    `json:"dataset,omitempty"`
+	DatasetSHA256     string    `json:"dataset_sha256,omitempty"`
+	ObsStyle          string    `json:"obs_style,omitempty"`
+	ApplyChatTemplate bool      `json:"apply_chat_template,omitempty"`
+	NSamples          int       `json:"n_samples"`
+	MaxLength         int       `json:"max_length"`
+	MaxTokens         int       `json:"max_tokens"`
+	Temperature       float64   `json:"temperature"`
+	TopP              float64   `json:"top_p"`
+	Seed              uint64    `json:"seed"`
+	Filter            []float64 `json:"filter,omitempty"`
+	FailuresOut       string    `json:"failures_out,omitempty"`
+	GroupsOut         string    `json:"groups_out,omitempty"`
+}
+
+// ManifestPath is where run's manifest is kept for an output path.
+func ManifestPath(out, run string) string {
+	dir, base := filepath.Split(out)
+	return filepath.Join(dir, "."+base+"."+messages.NameToken(run)+".run.json")
+}
+
+// SaveManifest writes m beside out.
+func SaveManifest(out string, m Manifest) error {
+	if m.Dataset != "" {
+		sum, err := fileSHA256(m.Dataset)
+		if err != nil {
+			return err
+		}
+		m.DatasetSHA256 = sum
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(ManifestPath(out, m.RunID), append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("fleet: run manifest: %w", err)
+	}
+	return nil
+}
+
+// LoadManifest reads run's manifest beside out and checks that its dataset
+// is unchanged.
+func LoadManifest(out, run string) (Manifest, error) {
+	var m Manifest
+	data, err := os.ReadFile(ManifestPath(out, run))
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, fmt.Errorf("%w: run %s has no manifest beside %s (resume with the --out of the interrupted run)", ErrNoPartialOutput, run, out)
+	}
+	if err == nil {
+		err = json.Unmarshal(data, &m)
+	}
+	if err != nil {
+		return m, fmt.Errorf("fleet: run manifest: %w", err)
+	}
+	if m.Dataset != "" {
+		sum, err := fileSHA256(m.Dataset)
+		if err != nil {
+			return m, err
+		}
+		if sum != m.DatasetSHA256 {
+			return m, fmt.Errorf("fleet: dataset %s changed since run %s started", m.Dataset, run)
+		}
+	}
+	return m, nil
+}
+
+// RemoveManifest deletes run's manifest once the run finished.
+func RemoveManifest(out, run string) error { return os.Remove(ManifestPath(out, run)) }
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("fleet: dataset: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("fleet: dataset: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
