@@ -93,7 +93,7 @@ func TestAuthConfForgedAcks(t *testing.T) {
 	_, trainerJS, _ := connectAs(t, url, "trainer")
 	for i := range n {
 		id := fmt.Sprintf("e%d", i)
-		if err := bus.Publish(ctx, trainerJS, subj.Episodes("game:GuessTheNumber-v0"), []byte("episode"), id); err != nil {
+		if err := bus.Publish(ctx, trainerJS, subj.Episodes("run-1", "game:GuessTheNumber-v0"), []byte("episode"), id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -109,7 +109,7 @@ func TestAuthConfForgedAcks(t *testing.T) {
 	// Steps in flight at the collector, and at a second consumer of the
 	// steps stream (the admin's).
 	for i := range n {
-		if err := bus.Publish(ctx, envJS, subj.Steps("e0"), []byte("step"), fmt.Sprintf("e0/%d", i)); err != nil {
+		if err := bus.Publish(ctx, envJS, subj.Steps("run-1", "e0"), []byte("step"), fmt.Sprintf("e0/%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +130,7 @@ func TestAuthConfForgedAcks(t *testing.T) {
 	aud := fetchAll(t, audit, n)
 
 	// A group in flight at the trainer.
-	if err := bus.Publish(ctx, colJS, subj.Groups("game:GuessTheNumber-v0"), []byte("group"), "g0"); err != nil {
+	if err := bus.Publish(ctx, colJS, subj.Groups("run-1", "game:GuessTheNumber-v0"), []byte("group"), "g0"); err != nil {
 		t.Fatal(err)
 	}
 	groups, err := trainerJS.CreateOrUpdateConsumer(ctx, subj.StreamGroups(), jetstream.ConsumerConfig{
@@ -274,8 +274,8 @@ func TestAuthConfConsumerForgery(t *testing.T) {
 	}
 	// One stored message in every stream.
 	for _, s := range []string{
-		subj.Episodes("game:GuessTheNumber-v0"), subj.Steps("e0"), subj.Trajectories("game:GuessTheNumber-v0"),
-		subj.Groups("game:GuessTheNumber-v0"), subj.Failures(messages.FailureEpisode),
+		subj.Episodes("run-1", "game:GuessTheNumber-v0"), subj.Steps("run-1", "e0"), subj.Trajectories("run-1", "game:GuessTheNumber-v0"),
+		subj.Groups("run-1", "game:GuessTheNumber-v0"), subj.Failures("run-1", messages.FailureEpisode),
 	} {
 		if err := bus.Publish(ctx, adminJS, s, []byte("stored"), "m"); err != nil {
 			t.Fatal(err)

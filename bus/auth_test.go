@@ -234,24 +234,33 @@ func TestAuthConfRoles(t *testing.T) {
 	}
 
 	// Trainer: submits an episode.
-	if err := bus.Publish(ctx, jss["trainer"], subj.Episodes("game:GuessTheNumber-v0"), []byte("episode"), "e1"); err != nil {
+	if err := bus.Publish(ctx, jss["trainer"], subj.Episodes("run-1", "game:GuessTheNumber-v0"), []byte("episode"), "e1"); err != nil {
 		t.Fatalf("trainer: submit: %v", err)
 	}
 
 	// Env worker: pulls it through a durable consumer (one for every env,
-	// and one per env set as --env makes it), keeps it alive, asks the
-	// model, publishes a step and a malformed-request failure, acks.
+	// one per env set as --env makes it, and one per run, of every env or
+	// of a set), keeps it alive, asks the model, publishes a step and a
+	// malformed-request failure, acks.
 	env := jss["envworker"]
-	if _, err := env.CreateOrUpdateConsumer(ctx, subj.StreamEpisodes(), jetstream.ConsumerConfig{
-		Durable: "envworker-sudoku", AckPolicy: jetstream.AckExplicitPolicy,
-		FilterSubjects: []string{subj.Episodes("game:Sudoku-v0"), subj.Episodes("game:Sudoku-v0-easy")},
-	}); err != nil {
-		t.Fatalf("envworker: consumer with several filters: %v", err)
-	}
-	// A work queue takes no overlapping consumers: the admin removes this
-	// one before the next.
-	if err := adminJS.DeleteConsumer(ctx, subj.StreamEpisodes(), "envworker-sudoku"); err != nil {
-		t.Fatal(err)
+	for _, cfg := range []jetstream.ConsumerConfig{
+		{Durable: "envworker-sudoku", FilterSubjects: []string{
+			subj.EpisodesFilter(messages.AnyRun, "game:Sudoku-v0"), subj.EpisodesFilter(messages.AnyRun, "game:Sudoku-v0-easy"),
+		}},
+		{Durable: "envworker-run-run-1", FilterSubject: subj.EpisodesOfRun("run-1"), InactiveThreshold: time.Hour},
+		{Durable: "envworker-run-run-1-sudoku", InactiveThreshold: time.Hour, FilterSubjects: []string{
+			subj.EpisodesFilter("run-1", "game:Sudoku-v0"), subj.EpisodesFilter("run-1", "game:Sudoku-v0-easy"),
+		}},
+	} {
+		cfg.AckPolicy = jetstream.AckExplicitPolicy
+		if _, err := env.CreateOrUpdateConsumer(ctx, subj.StreamEpisodes(), cfg); err != nil {
+			t.Fatalf("envworker: consumer %s: %v", cfg.Durable, err)
+		}
+		// A work queue takes no overlapping consumers: the admin removes
+		// this one before the next.
+		if err := adminJS.DeleteConsumer(ctx, subj.StreamEpisodes(), cfg.Durable); err != nil {
+			t.Fatal(err)
+		}
 	}
 	envNC := conns["envworker"]
 	cons, err := env.CreateOrUpdateConsumer(ctx, subj.StreamEpisodes(), jetstream.ConsumerConfig{
@@ -279,10 +288,11 @@ func TestAuthConfRoles(t *testing.T) {
 			t.Errorf("envworker: %s replied %q", s, rep.Data)
 		}
 	}
-	if err := bus.Publish(ctx, env, subj.Steps("e1"), []byte("step 0"), messages.StepMsgID("e1", "r1", 0)); err != nil {
+	if err := bus.Publish(ctx, env, subj.Steps("run-1", "e1"), []byte("step 0"), messages.StepMsgID("e1", "r1", 0)); err != nil {
 		t.Fatalf("envworker: publish step: %v", err)
 	}
-	if err := bus.Publish(ctx, env, subj.Failures(messages.FailureMalformed), []byte("failure"), ""); err != nil {
+	// A request it cannot decode names no run.
+	if err := bus.Publish(ctx, env, subj.Failures("", messages.FailureMalformed), []byte("failure"), ""); err != nil {
 		t.Fatalf("envworker: publish failure: %v", err)
 	}
 	// An episode delivered again resumes from its stored steps.
@@ -290,7 +300,7 @@ func TestAuthConfRoles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envworker: steps stream: %v", err)
 	}
-	if raw, err := envSteps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("e1"))); err != nil || string(raw.Data) != "step 0" {
+	if raw, err := envSteps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("run-1", "e1"))); err != nil || string(raw.Data) != "step 0" {
 		t.Fatalf("envworker: read stored steps: %v", err)
 	}
 	// … unless the collector decided it.
@@ -331,11 +341,11 @@ func TestAuthConfRoles(t *testing.T) {
 		t.Fatal("collector: no step delivered")
 	}
 	cc.Stop()
-	raw, err := steps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("e1")))
+	raw, err := steps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("run-1", "e1")))
 	if err != nil || string(raw.Data) != "step 0" {
 		t.Fatalf("collector: reload: %v, %q", err, raw.Data)
 	}
-	for _, s := range []string{subj.Trajectories("game:GuessTheNumber-v0"), subj.Groups("game:GuessTheNumber-v0"), subj.Failures(messages.FailureInvariant)} {
+	for _, s := range []string{subj.Trajectories("run-1", "game:GuessTheNumber-v0"), subj.Groups("run-1", "game:GuessTheNumber-v0"), subj.Failures("run-1", messages.FailureInvariant)} {
 		if err := bus.Publish(ctx, col, s, []byte("outcome"), "e1"); err != nil {
 			t.Fatalf("collector: publish %s: %v", s, err)
 		}
@@ -355,37 +365,59 @@ func TestAuthConfRoles(t *testing.T) {
 	if _, err := decided.GetLastMsgForSubject(ctx, subj.Decided("e1")); err != nil {
 		t.Fatalf("collector: read decision: %v", err)
 	}
-	if err := steps.Purge(ctx, jetstream.WithPurgeSubject(subj.Steps("e1"))); err != nil {
+	if err := steps.Purge(ctx, jetstream.WithPurgeSubject(subj.Steps("run-1", "e1"))); err != nil {
 		t.Fatalf("collector: purge: %v", err)
 	}
 
-	// Trainer: reads trajectories with an ordered consumer, groups with a
-	// durable one, and failure records by direct get and by subscription.
+	// Trainer: the output streams are work queues, read through
+	// explicit-ack consumers of its own (one run's records, as rollout run
+	// reads them, or every run's), each record gone once acknowledged;
+	// stored records can be read by direct get too, and live ones by
+	// subscription.
 	tr := jss["trainer"]
-	oc, err := tr.OrderedConsumer(ctx, subj.StreamTrajectories(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatalf("trainer: ordered consumer: %v", err)
-	}
-	if m, err := oc.Next(jetstream.FetchContext(ctx)); err != nil || string(m.Data()) != "outcome" {
-		t.Fatalf("trainer: trajectory: %v", err)
-	}
-	gcons, err := tr.CreateOrUpdateConsumer(ctx, subj.StreamGroups(), jetstream.ConsumerConfig{Durable: "trainer", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatalf("trainer: groups consumer: %v", err)
-	}
-	gm, err := gcons.Next(jetstream.FetchContext(ctx))
-	if err != nil {
-		t.Fatalf("trainer: group: %v", err)
-	}
-	if err := gm.DoubleAck(ctx); err != nil {
-		t.Fatalf("trainer: ack group: %v", err)
-	}
 	fs, err := tr.Stream(ctx, subj.StreamFailures())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fs.GetMsg(ctx, 1); err != nil {
+	if raw, err := fs.GetMsg(ctx, 1); err != nil || string(raw.Data) != "failure" {
 		t.Fatalf("trainer: get failure: %v", err)
+	}
+	for _, c := range []struct{ stream, name, filter string }{
+		{subj.StreamTrajectories(), "run-run-1-trajectory", subj.TrajectoriesOfRun("run-1")},
+		{subj.StreamGroups(), "trainer", ""},
+		{subj.StreamFailures(), "run-run-1-failure", subj.FailuresOfRun("run-1")},
+	} {
+		cons, err := tr.CreateOrUpdateConsumer(ctx, c.stream, jetstream.ConsumerConfig{
+			Durable: c.name, FilterSubject: c.filter, AckPolicy: jetstream.AckExplicitPolicy, InactiveThreshold: time.Hour,
+		})
+		if err != nil {
+			t.Fatalf("trainer: consumer on %s: %v", c.stream, err)
+		}
+		if _, err := cons.Info(ctx); err != nil {
+			t.Fatalf("trainer: consumer info on %s: %v", c.stream, err)
+		}
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil || string(m.Data()) != "outcome" {
+			t.Fatalf("trainer: read %s: %v", c.stream, err)
+		}
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatalf("trainer: ack on %s: %v", c.stream, err)
+		}
+		// The acknowledged record is gone from the work queue.
+		st, err := tr.Stream(ctx, c.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(c.filter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := info.State.Msgs; c.stream != subj.StreamFailures() && n != 0 || c.stream == subj.StreamFailures() && n != 1 {
+			t.Fatalf("trainer: %s holds %d records after the ack", c.stream, n)
+		}
+		if err := tr.DeleteConsumer(ctx, c.stream, c.name); err != nil {
+			t.Fatalf("trainer: delete its consumer on %s: %v", c.stream, err)
+		}
 	}
 	sub, err := conns["trainer"].SubscribeSync(subj.TrajectoriesAll())
 	if err != nil {
@@ -394,14 +426,11 @@ func TestAuthConfRoles(t *testing.T) {
 	if err := conns["trainer"].Flush(); err != nil { // the server has the subscription
 		t.Fatal(err)
 	}
-	if err := bus.Publish(ctx, col, subj.Trajectories("game:Sudoku-v0"), []byte("live"), "e2"); err != nil {
+	if err := bus.Publish(ctx, col, subj.Trajectories("run-1", "game:Sudoku-v0"), []byte("live"), "e2"); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := sub.NextMsg(10 * time.Second); err != nil || string(m.Data) != "live" {
 		t.Fatalf("trainer: live trajectory: %v", err)
-	}
-	if err := tr.DeleteConsumer(ctx, subj.StreamGroups(), "trainer"); err != nil {
-		t.Fatalf("trainer: delete its consumer: %v", err)
 	}
 
 	// Gateway: forwards calls to the LLM workers and records sessions.
@@ -415,7 +444,7 @@ func TestAuthConfRoles(t *testing.T) {
 			t.Fatalf("gateway: request %s: %v", s, err)
 		}
 	}
-	for _, s := range []string{subj.Trajectories("chat"), subj.Failures(messages.FailureEpisode)} {
+	for _, s := range []string{subj.Trajectories("gateway", "chat"), subj.Failures("gateway", messages.FailureEpisode)} {
 		if err := bus.Publish(ctx, gw, s, []byte("session"), "s1"); err != nil {
 			t.Fatalf("gateway: publish %s: %v", s, err)
 		}
@@ -462,23 +491,25 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 	for _, tc := range []struct {
 		role, subject string
 	}{
-		{"envworker", subj.Trajectories("game:GuessTheNumber-v0")},
-		{"envworker", subj.Episodes("game:GuessTheNumber-v0")},
-		{"envworker", subj.Failures(messages.FailureEpisode)},
+		{"envworker", subj.Trajectories("run-1", "game:GuessTheNumber-v0")},
+		{"envworker", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
+		{"envworker", subj.Failures("run-1", messages.FailureEpisode)},
+		{"envworker", subj.Failures("run-1", messages.FailureMalformed)},
 		{"envworker", subj.Decided("e1")},
 		{"trainer", subj.Decided("e1")},
 		{"gateway", subj.Decided("e1")},
-		{"llmworker", subj.Steps("e1")},
-		{"llmworker", subj.Episodes("game:GuessTheNumber-v0")},
-		{"collector", subj.Episodes("game:GuessTheNumber-v0")},
-		{"trainer", subj.Steps("e1")},
-		{"trainer", subj.Trajectories("game:GuessTheNumber-v0")},
-		{"trainer", subj.Groups("game:GuessTheNumber-v0")},
-		{"trainer", subj.Failures(messages.FailureEpisode)},
+		{"llmworker", subj.Steps("run-1", "e1")},
+		{"llmworker", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
+		{"collector", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
+		{"trainer", subj.Steps("run-1", "e1")},
+		{"trainer", subj.Trajectories("run-1", "game:GuessTheNumber-v0")},
+		{"trainer", subj.Groups("run-1", "game:GuessTheNumber-v0")},
+		{"trainer", subj.Failures("run-1", messages.FailureEpisode)},
 		{"trainer", subj.Generate()},
-		{"gateway", subj.Steps("e1")},
-		{"gateway", subj.Episodes("game:GuessTheNumber-v0")},
-		{"gateway", subj.Groups("chat")},
+		{"gateway", subj.Steps("run-1", "e1")},
+		{"gateway", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
+		{"gateway", subj.Groups("run-1", "chat")},
+		{"gateway", subj.Failures("run-1", messages.FailureMalformed)},
 	} {
 		t.Run(tc.role+" publishes "+tc.subject, func(t *testing.T) {
 			nc, _, _ := connectAs(t, url, tc.role)
@@ -493,10 +524,10 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		_, js, _ := connectAs(t, url, "trainer")
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		if _, err := js.Publish(pctx, subj.Steps("e1"), []byte("forged")); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := js.Publish(pctx, subj.Steps("run-1", "e1"), []byte("forged")); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("publish: got %v, want no acknowledgement (deadline exceeded)", err)
 		}
-		denied(t, js.Conn(), "publish", subj.Steps("e1"))
+		denied(t, js.Conn(), "publish", subj.Steps("run-1", "e1"))
 	})
 
 	t.Run("roles do not administer streams", func(t *testing.T) {

@@ -115,7 +115,8 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 // Every actor calls it at start, so any one of them can bring up an empty
 // server. It never changes an existing stream: a worker started with other
 // defaults must not, say, scale a cluster's three replicas down to one. A
-// stream whose replicas differ from opts is reported, and the caller decides.
+// stream whose replicas or retention differ from opts is reported, and the
+// caller decides.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, opts StreamOptions) error {
 	opts.setDefaults()
 	var mismatched []string
@@ -151,6 +152,8 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, subj messages.Su
 	return nil
 }
 
-// ErrStreamMismatch means a stream exists with another replica count than
-// asked for. The stream is left as it is.
+// ErrStreamMismatch means a stream exists with another replica count or
+// retention than asked for (an output stream made by an older rollfleet
+// keeps every record instead of freeing what its reader acknowledged). The
+// stream is left as it is.
 var ErrStreamMismatch = errors.New("bus: existing stream differs from the requested configuration")

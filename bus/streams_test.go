@@ -3,8 +3,10 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -13,8 +15,10 @@ import (
 	"github.com/rollfleet/rollfleet/messages"
 )
 
-// A full stream refuses new messages with an error the publisher sees at
-// once, and keeps what it stored: overload is never silent loss.
+// A full stream refuses new messages with ErrStreamFull, which the
+// publisher sees at once, and keeps what it stored: overload is never
+// silent loss. An output stream is a work queue, so a reader that
+// acknowledges a record makes room again.
 func TestFullStreamRefusesNewMessages(t *testing.T) {
 	s := bustest.RunServer(t)
 	js := bustest.JetStream(t, s, "test")
@@ -27,13 +31,17 @@ func TestFullStreamRefusesNewMessages(t *testing.T) {
 	stored := 0
 	var err error
 	for i := range 64 {
-		if err = bus.Publish(ctx, js, subj.Trajectories("game"), data, strings.Repeat("x", i+1)); err != nil {
+		if err = bus.Publish(ctx, js, subj.Trajectories("run-1", "game"), data, strings.Repeat("x", i+1)); err != nil {
 			break
 		}
 		stored++
 	}
-	if err == nil || !errors.Is(err, jetstream.ErrMaxBytesExceeded) && !strings.Contains(err.Error(), "maximum bytes") {
-		t.Fatalf("publishing into a full stream: %v after %d messages", err, stored)
+	if !errors.Is(err, bus.ErrStreamFull) {
+		t.Fatalf("publishing into a full stream: %v after %d messages, want ErrStreamFull", err, stored)
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || !strings.Contains(err.Error(), "maximum bytes") {
+		t.Errorf("ErrStreamFull does not wrap the server's refusal: %v", err)
 	}
 	st, err := js.Stream(ctx, subj.StreamTrajectories())
 	if err != nil {
@@ -46,6 +54,33 @@ func TestFullStreamRefusesNewMessages(t *testing.T) {
 	if int(info.State.Msgs) != stored || stored == 0 {
 		t.Fatalf("stream holds %d messages, %d were acknowledged", info.State.Msgs, stored)
 	}
+	// Refused again, whatever the subject, until a reader takes a record.
+	if err := bus.Publish(ctx, js, subj.Trajectories("run-2", "other"), data, "y"); !errors.Is(err, bus.ErrStreamFull) {
+		t.Fatalf("publish into the full stream on another run's subject: %v, want ErrStreamFull", err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "reader", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: subj.TrajectoriesOfRun("run-1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(ctx, js, subj.Trajectories("run-2", "other"), data, "y"); err != nil {
+		t.Fatalf("publish after a reader took a record: %v", err)
+	}
+	if info, err = st.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if int(info.State.Msgs) != stored {
+		t.Fatalf("stream holds %d messages after one was taken and one added, want %d", info.State.Msgs, stored)
+	}
+
 	for _, cfg := range bus.StreamConfigs(subj, bus.StreamOptions{}) {
 		// Decisions may age out oldest first (see StreamOptions.DecidedMaxAge).
 		discard := jetstream.DiscardNew
@@ -54,6 +89,123 @@ func TestFullStreamRefusesNewMessages(t *testing.T) {
 		}
 		if cfg.Discard != discard || cfg.MaxBytes <= 0 || cfg.Storage != jetstream.FileStorage {
 			t.Errorf("%s: discard %v, max bytes %d, storage %v", cfg.Name, cfg.Discard, cfg.MaxBytes, cfg.Storage)
+		}
+	}
+}
+
+// A stream full by its message count, overall or on one subject, is
+// ErrStreamFull too.
+func TestPublishStreamFullByMessages(t *testing.T) {
+	s := bustest.RunServer(t)
+	js := bustest.JetStream(t, s, "test")
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "TINY", Subjects: []string{"tiny.>"}, Retention: jetstream.WorkQueuePolicy,
+		Discard: jetstream.DiscardNew, MaxMsgs: 2,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := bus.Publish(ctx, js, fmt.Sprintf("tiny.%d", i), []byte("x"), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := bus.Publish(ctx, js, "tiny.2", []byte("x"), ""); !errors.Is(err, bus.ErrStreamFull) {
+		t.Fatalf("publish into a stream at its message limit: %v, want ErrStreamFull", err)
+	}
+	// Per subject as well.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "PERSUBJECT", Subjects: []string{"per.>"}, Discard: jetstream.DiscardNew,
+		DiscardNewPerSubject: true, MaxMsgsPerSubject: 1, MaxMsgs: 100,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(ctx, js, "per.a", []byte("x"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(ctx, js, "per.a", []byte("x"), ""); !errors.Is(err, bus.ErrStreamFull) {
+		t.Fatalf("publish onto a subject at its limit: %v, want ErrStreamFull", err)
+	}
+	if err := bus.Publish(ctx, js, "per.b", []byte("x"), ""); err != nil {
+		t.Fatalf("publish onto another subject: %v", err)
+	}
+}
+
+// Streams made with another retention (by an older rollfleet, whose output
+// streams kept every record) are reported, not changed: JetStream cannot
+// change a stream's retention.
+func TestEnsureStreamsRetentionMismatch(t *testing.T) {
+	s := bustest.RunServer(t)
+	js := bustest.JetStream(t, s, "test")
+	subj := messages.NewSubjects("")
+	ctx := context.Background()
+	var old jetstream.StreamConfig
+	for _, cfg := range bus.StreamConfigs(subj, bus.StreamOptions{}) {
+		if cfg.Name == subj.StreamTrajectories() {
+			old = cfg
+		}
+	}
+	if old.Retention != jetstream.WorkQueuePolicy {
+		t.Fatalf("%s: retention %v, want a work queue", old.Name, old.Retention)
+	}
+	old.Retention = jetstream.LimitsPolicy
+	if _, err := js.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{})
+	if !errors.Is(err, bus.ErrStreamMismatch) {
+		t.Fatalf("EnsureStreams over a limits %s: %v, want ErrStreamMismatch", old.Name, err)
+	}
+	if !strings.Contains(err.Error(), old.Name) || !strings.Contains(err.Error(), "retention") {
+		t.Errorf("error %q does not name the stream and its retention", err)
+	}
+	for _, cfg := range bus.StreamConfigs(subj, bus.StreamOptions{}) {
+		st, err := js.Stream(ctx, cfg.Name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", cfg.Name, err)
+		}
+		want := cfg.Retention
+		if cfg.Name == old.Name {
+			want = jetstream.LimitsPolicy // left as it was
+		}
+		if got := st.CachedInfo().Config.Retention; got != want {
+			t.Errorf("%s: retention %v, want %v", cfg.Name, got, want)
+		}
+	}
+	// Only that stream is reported; with it recreated, nothing is.
+	if n := strings.Count(err.Error(), "retention"); n != 1 {
+		t.Errorf("%d retention mismatches reported, want 1: %v", n, err)
+	}
+	if err := js.DeleteStream(ctx, old.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatalf("EnsureStreams after the stream was removed: %v", err)
+	}
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatalf("EnsureStreams again: %v", err)
+	}
+}
+
+// The output streams are work queues (a record is freed once its reader
+// acknowledges it); the steps and decisions streams keep their limits.
+func TestStreamRetention(t *testing.T) {
+	subj := messages.NewSubjects("")
+	want := map[string]jetstream.RetentionPolicy{
+		subj.StreamEpisodes():     jetstream.WorkQueuePolicy,
+		subj.StreamSteps():        jetstream.LimitsPolicy,
+		subj.StreamDecided():      jetstream.LimitsPolicy,
+		subj.StreamTrajectories(): jetstream.WorkQueuePolicy,
+		subj.StreamGroups():       jetstream.WorkQueuePolicy,
+		subj.StreamFailures():     jetstream.WorkQueuePolicy,
+	}
+	cfgs := bus.StreamConfigs(subj, bus.StreamOptions{})
+	if len(cfgs) != len(want) {
+		t.Fatalf("%d streams, want %d", len(cfgs), len(want))
+	}
+	for _, cfg := range cfgs {
+		if r, ok := want[cfg.Name]; !ok || cfg.Retention != r {
+			t.Errorf("%s: retention %v, want %v", cfg.Name, cfg.Retention, r)
 		}
 	}
 }

@@ -6,12 +6,14 @@
 // restart (a NATS server on the same data directory and port), SIGSTOP and
 // SIGCONT of workers and collectors for longer than the env workers' ack
 // wait, a NATS data disk that fills and frees, forged step messages and
-// episodes submitted a second time. When the fleet has settled it reads every
-// outcome back with a consumer and a msgpack decoder of its own and checks
-// the promise "nothing lost": each submitted episode has exactly one
-// trajectory or failure record, every trajectory keeps the trajectory
-// invariants, was assembled from one run's honest steps and replays against
-// its game.
+// episodes submitted a second time. It reads every outcome as a trainer
+// does, with consumers that acknowledge each record (the output streams are
+// work queues, and a groups stream nobody reads would fill), and a msgpack
+// decoder of its own; when the fleet has settled it checks the promise
+// "nothing lost": each submitted episode has exactly one trajectory or
+// failure record, on its run's subjects, every trajectory keeps the
+// trajectory invariants, was assembled from one run's honest steps and
+// replays against its game.
 package chaos
 
 import (
@@ -336,6 +338,9 @@ type harness struct {
 	js         jetstream.JetStream
 	subj       messages.Subjects
 	harnessLog *os.File
+	// runID is the run id of every episode submitted (RunID): the fleet
+	// publishes their steps and outcomes on its subjects.
+	runID string
 
 	rep      *Report
 	finished bool          // Run got to the end; set last
@@ -371,7 +376,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	cfg.Kinds = slices.Clone(cfg.Kinds)
-	h := &harness{cfg: cfg, rng: newRNG(cfg.Seed), subj: messages.NewSubjects(""),
+	h := &harness{cfg: cfg, rng: newRNG(cfg.Seed), subj: messages.NewSubjects(""), runID: RunID(cfg.Seed),
 		submitSeqs: map[uint64]string{}, submitTimes: map[string]time.Time{}}
 	h.rep = newReport(cfg)
 	if err := h.prepareWorkdir(); err != nil {
@@ -473,7 +478,7 @@ func (h *harness) connect(ctx context.Context) error {
 		return err
 	}
 	deadline := time.Now().Add(h.cfg.ReadyTimeout)
-	streams := []string{h.subj.StreamEpisodes(), h.subj.StreamSteps(), h.subj.StreamTrajectories(), h.subj.StreamFailures()}
+	streams := []string{h.subj.StreamEpisodes(), h.subj.StreamSteps(), h.subj.StreamTrajectories(), h.subj.StreamFailures(), h.subj.StreamGroups()}
 	for {
 		missing := ""
 		for _, name := range streams {
@@ -561,8 +566,16 @@ func (h *harness) run(ctx context.Context) error {
 	// Everything the fleet will ever do is done: read the rest and check.
 	rctx, rcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer rcancel()
-	if err := out.poll(rctx); err != nil {
+	if err := out.drain(rctx); err != nil {
 		return fmt.Errorf("chaos: read outcomes: %w", err)
+	}
+	// Read and acknowledged, every record is freed from its work queue.
+	if left, err := out.unread(rctx); err != nil {
+		h.note("counting the records left in the output streams: %v", err)
+	} else {
+		for stream, n := range left {
+			h.note("%s still holds %d records after the harness acknowledged all it read", stream, n)
+		}
 	}
 	ev := &evidence{t0: h.t0, logDir: h.logDir, maxDeliveries: map[string]maxDeliveries{}, submitted: h.submitTimes}
 	if err := tr.caughtUp(rctx); err != nil {
@@ -705,7 +718,7 @@ func (h *harness) requests() []*messages.EpisodeRequest {
 		envSeed := mix(h.cfg.Seed, 2*i)
 		sampleSeed := int64(mix(h.cfg.Seed, 2*i+1) >> 1)
 		reqs[i] = &messages.EpisodeRequest{
-			V: messages.Version, EpisodeID: fmt.Sprintf("chaos-%x-%06d", h.cfg.Seed, i),
+			V: messages.Version, RunID: h.runID, EpisodeID: fmt.Sprintf("chaos-%x-%06d", h.cfg.Seed, i),
 			GroupID: fmt.Sprintf("chaos-%x-g%06d", h.cfg.Seed, i), GroupSize: 1,
 			Env: h.cfg.Envs[i%len(h.cfg.Envs)], EnvSeed: &envSeed,
 			Sampling:  messages.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: 256, Seed: &sampleSeed},
@@ -714,6 +727,9 @@ func (h *harness) requests() []*messages.EpisodeRequest {
 	}
 	return reqs
 }
+
+// RunID is the run id of a chaos run's episodes: "chaos-<seed in hex>".
+func RunID(seed uint64) string { return fmt.Sprintf("chaos-%x", seed) }
 
 // newRNG is the harness's random source for a seed.
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x6368616f73)) }
@@ -749,7 +765,7 @@ func (h *harness) submit(ctx context.Context, reqs []*messages.EpisodeRequest) e
 		if err != nil {
 			return err
 		}
-		seq, err := h.publish(ctx, &nats.Msg{Subject: h.subj.Episodes(r.Env), Data: data}, r.EpisodeID, &h.submitRetries)
+		seq, err := h.publish(ctx, &nats.Msg{Subject: h.subj.Episodes(r.RunID, r.Env), Data: data}, r.EpisodeID, &h.submitRetries)
 		if err != nil {
 			return err
 		}

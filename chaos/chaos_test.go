@@ -272,21 +272,25 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("only %d GuessTheNumber trajectories of 3 turns or more", len(guess))
 	}
 
+	const run = "chaos-1"
+	subj := messages.NewSubjects("")
 	submitted := map[string]time.Time{}
 	for _, tr := range trajs {
 		submitted[tr.EpisodeID] = time.Now()
+		tr.RunID = run
 	}
 	// build checks the trajectories, each with its steps as attempt 1,
 	// after mutate has had its way with them; with withGap the harness
-	// missed two messages of the steps stream meanwhile.
-	withGap := false
+	// missed two messages of the steps stream meanwhile, and offRunSteps
+	// honest steps were seen off the run.
+	withGap, offRunSteps := false, 0
 	build := func(mutate func(o *outcomes, idx stepIndex, rep *Report)) *Report {
-		o := &outcomes{ours: map[string]bool{}, byID: map[string][]*record{}}
+		o := &outcomes{run: run, subj: subj, ours: map[string]bool{}, byID: map[string][]*record{}}
 		idx := stepIndex{}
 		for i, tr := range trajs {
 			o.ours[tr.EpisodeID] = true
 			o.order = append(o.order, tr.EpisodeID)
-			r := &record{stream: "RF_TRAJECTORIES", seq: uint64(i + 1), traj: tr, stored: time.Now()}
+			r := &record{stream: "RF_TRAJECTORIES", seq: uint64(i + 1), subject: subj.Trajectories(run, tr.Env), traj: tr, stored: time.Now()}
 			o.records = append(o.records, r)
 			o.byID[tr.EpisodeID] = append(o.byID[tr.EpisodeID], r)
 			for j, s := range stepsOf(tr, tr.EpisodeID, 1) {
@@ -299,6 +303,7 @@ func TestCheck(t *testing.T) {
 		if withGap {
 			ev.gaps = []gap{{from: 7, to: 8, after: time.Now().Add(-time.Hour), before: time.Now()}}
 		}
+		ev.offRunCount = offRunSteps
 		rep.Submitted = len(o.order)
 		rep.check(o, ev)
 		return rep
@@ -308,6 +313,54 @@ func TestCheck(t *testing.T) {
 	if rep := build(func(*outcomes, stepIndex, *Report) {}); !rep.OK() || rep.Trajectories != len(trajs) {
 		t.Fatalf("a clean run fails the check:\n%s%s", rep.Table(), rep.Details())
 	}
+	// Records and groups on their run's subjects, as the fleet publishes
+	// them, and groups read: fine. Off the run, they break the promise.
+	group := func(o *outcomes, g *Group, subject string) {
+		o.groups = append(o.groups, &groupRecord{seq: uint64(len(o.groups) + 1), subject: subject, group: g})
+	}
+	ofRun := func(tr *Trajectory) *Group {
+		return &Group{V: 1, RunID: run, GroupID: tr.GroupID, Env: tr.Env, Episodes: []string{tr.EpisodeID}}
+	}
+	grouped := build(func(o *outcomes, _ stepIndex, _ *Report) {
+		for _, tr := range trajs[:3] {
+			group(o, ofRun(tr), subj.Groups(run, tr.Env))
+		}
+	})
+	if !grouped.OK() || grouped.Groups != 3 || len(grouped.Notes) != 0 {
+		t.Errorf("groups of the run fail the check: %v %v", grouped.Problems(), grouped.Notes)
+	}
+	offRun := build(func(o *outcomes, _ stepIndex, _ *Report) {
+		a, b, c := *trajs[0], trajs[1], trajs[2]
+		a.RunID = "chaos-2"
+		o.records[0].traj = &a
+		o.byID[a.EpisodeID][0].traj = &a
+		o.records[1].subject = subj.Trajectories("chaos-2", b.Env)
+		g := ofRun(c)
+		g.RunID = "chaos-2"
+		group(o, g, subj.Groups(run, c.Env))
+		group(o, ofRun(c), subj.Groups("", c.Env))
+		f := &Failure{V: 1, RunID: run, EpisodeID: trajs[3].EpisodeID, Kind: "episode", Reason: "late"}
+		o.records = append(o.records, &record{stream: "RF_FAILURES", seq: 1, subject: subj.Failures("", "episode"), fail: f})
+	})
+	if offRun.OK() || len(offRun.WrongRun) != 5 {
+		t.Errorf("records off their run not reported: %q", offRun.WrongRun)
+	}
+	offRunSteps = 2
+	stepsOff := build(func(*outcomes, stepIndex, *Report) {})
+	offRunSteps = 0
+	if stepsOff.OK() || stepsOff.StepsOffRun != 2 || !strings.Contains(strings.Join(stepsOff.Problems(), ","), "2 step events off their run") {
+		t.Errorf("steps off their run not reported: %v", stepsOff.Problems())
+	}
+	badGroups := build(func(o *outcomes, _ stepIndex, _ *Report) {
+		o.groups = append(o.groups, &groupRecord{seq: 9, bad: errWire})
+		g := ofRun(trajs[0])
+		g.Episodes = append(g.Episodes, "chaos-1-999999")
+		group(o, g, subj.Groups(run, g.Env))
+	})
+	if badGroups.OK() || badGroups.Malformed != 1 || badGroups.Foreign != 1 || badGroups.Groups != 1 {
+		t.Errorf("an undecodable group and one of a foreign episode: malformed %d, foreign %d, groups %d", badGroups.Malformed, badGroups.Foreign, badGroups.Groups)
+	}
+
 	lost := build(func(o *outcomes, _ stepIndex, _ *Report) { delete(o.byID, trajs[0].EpisodeID) })
 	if lost.OK() || len(lost.Lost) != 1 || lost.Lost[0] != trajs[0].EpisodeID {
 		t.Errorf("lost episode not reported: %v", lost.Lost)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,10 @@ type evidence struct {
 	badSteps    int
 	badStepErrs []string
 	forgedSteps int
+	// offRun lists honest steps of our episodes not of the run, or not on
+	// its subject (offRunCount counts them all).
+	offRun      []string
+	offRunCount int
 	// submitted holds the time each episode was stored in the episodes
 	// stream.
 	submitted map[string]time.Time
@@ -58,6 +63,7 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 	for _, e := range ev.badStepErrs {
 		r.Notes = append(r.Notes, "undecodable step: "+e)
 	}
+	r.StepsOffRun, r.StepsOffRunDetails = ev.offRunCount, ev.offRun
 	for _, rec := range out.records {
 		switch {
 		case rec.bad != nil:
@@ -68,8 +74,13 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 			if r.Foreign <= 5 {
 				r.Notes = append(r.Notes, fmt.Sprintf("%s seq %d belongs to no submitted episode: %s", rec.stream, rec.seq, rec.describe()))
 			}
+		default:
+			if why := out.offRun(rec); why != "" {
+				r.WrongRun = append(r.WrongRun, fmt.Sprintf("%s seq %d (%s): %s", rec.stream, rec.seq, rec.describe(), why))
+			}
 		}
 	}
+	r.checkGroups(out)
 	for _, id := range out.order {
 		recs := out.byID[id]
 		switch len(recs) {
@@ -168,6 +179,67 @@ func (r *Report) check(out *outcomes, ev *evidence) {
 		}
 	}
 	r.scanLogs(ev.logDir)
+}
+
+// offRun says why a record of one of our episodes is not where the run's
+// outcomes go: another run id, or another subject than its run's; "" if
+// it is.
+func (o *outcomes) offRun(rec *record) string {
+	var run, want string
+	switch {
+	case rec.traj != nil:
+		run, want = rec.traj.RunID, o.subj.Trajectories(o.run, rec.traj.Env)
+	case rec.fail != nil:
+		run, want = rec.fail.RunID, o.subj.Failures(o.run, rec.fail.Kind)
+	default:
+		return ""
+	}
+	switch {
+	case run != o.run:
+		return fmt.Sprintf("run id %q, want %q", run, o.run)
+	case rec.subject != want:
+		return fmt.Sprintf("on %s, want %s", rec.subject, want)
+	}
+	return ""
+}
+
+// checkGroups judges the group records: each decodes, is of the run and on
+// its subject, and holds trajectories of our episodes that have a
+// trajectory record. (A group is assembled in the active collector's
+// memory, so one a collector kill cut short may be missing: that is no
+// loss of an episode.)
+func (r *Report) checkGroups(out *outcomes) {
+	seen := map[string]int{}
+	for _, g := range out.groups {
+		if g.bad != nil {
+			r.Malformed++
+			r.Notes = append(r.Notes, fmt.Sprintf("%s seq %d does not decode: %v", out.subj.StreamGroups(), g.seq, g.bad))
+			continue
+		}
+		r.Groups++
+		grp := g.group
+		seen[grp.GroupID]++
+		if grp.RunID != out.run || g.subject != out.subj.Groups(out.run, grp.Env) {
+			r.WrongRun = append(r.WrongRun, fmt.Sprintf("%s seq %d (group %q of run %q) on %s, want run %q on %s",
+				out.subj.StreamGroups(), g.seq, grp.GroupID, grp.RunID, g.subject, out.run, out.subj.Groups(out.run, grp.Env)))
+		}
+		for _, id := range grp.Episodes {
+			switch {
+			case !out.ours[id]:
+				r.Foreign++
+				if r.Foreign <= 5 {
+					r.Notes = append(r.Notes, fmt.Sprintf("group %q holds a trajectory of %q, no submitted episode", grp.GroupID, id))
+				}
+			case !slices.ContainsFunc(out.byID[id], func(rec *record) bool { return rec.traj != nil }):
+				r.Notes = append(r.Notes, fmt.Sprintf("group %q holds a trajectory of %s, which has no trajectory record", grp.GroupID, id))
+			}
+		}
+	}
+	for id, n := range seen {
+		if n > 1 {
+			r.Notes = append(r.Notes, fmt.Sprintf("group %q was published %d times", id, n))
+		}
+	}
 }
 
 // missed reports whether the harness may have missed steps of an episode:

@@ -29,11 +29,13 @@ var forgeries = []string{
 	"turns out of order",  // two turns ahead, then one ahead, both plausible
 }
 
-// forgedSteps builds the step events of a forgery of an episode whose
-// latest honest step is (attempt, turn) of the run of request.
-func forgedSteps(id string, request uint64, attempt, turn int64, variant int) []*messages.StepEvent {
+// forgedSteps builds the step events of a forgery of an episode of run
+// whose latest honest step is (attempt, turn) of the run of request. They
+// carry the episode's run id, as its honest steps do: a forgery is
+// well-formed, only its content lies.
+func forgedSteps(run, id string, request uint64, attempt, turn int64, variant int) []*messages.StepEvent {
 	step := func(a, tn int64, tokens []int32, lp []float32) *messages.StepEvent {
-		return &messages.StepEvent{V: messages.Version, EpisodeID: id, Request: request, Attempt: int32(a), Turn: int32(tn),
+		return &messages.StepEvent{V: messages.Version, RunID: run, EpisodeID: id, Request: request, Attempt: int32(a), Turn: int32(tn),
 			ActionTokens: tokens, ActionLogprobs: lp, ActionText: "forged", FeedbackText: "\n",
 			FeedbackTokens: messages.Tokens{10}, FinishReason: "stop"}
 	}
@@ -119,12 +121,12 @@ func (h *harness) inject(ctx context.Context, tr *tracker, events []event) {
 // forge publishes a forgery's step events for an episode.
 func (h *harness) forge(ctx context.Context, id string, st liveEpisode, variant int, retries *atomic.Int64) (string, error) {
 	detail := fmt.Sprintf("%s after attempt %d turn %d:", forgeries[variant], st.attempt, st.turn)
-	for _, s := range forgedSteps(id, st.request, st.attempt, st.turn, variant) {
+	for _, s := range forgedSteps(h.runID, id, st.request, st.attempt, st.turn, variant) {
 		data, err := messages.Marshal(s)
 		if err != nil {
 			return detail, err
 		}
-		m := &nats.Msg{Subject: h.subj.Steps(h.reqs[id].RunID, id), Data: data, Header: nats.Header{forgedHeader: []string{forgeries[variant]}}}
+		m := &nats.Msg{Subject: h.subj.Steps(h.runID, id), Data: data, Header: nats.Header{forgedHeader: []string{forgeries[variant]}}}
 		seq, err := h.publish(ctx, m, "", retries)
 		if err != nil {
 			return detail, err

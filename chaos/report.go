@@ -149,9 +149,19 @@ type Report struct {
 	// them (StepsMissed counts those steps); they do not fail the run.
 	Unverified  []string
 	StepsMissed int
-	// Malformed counts outcome records that do not decode, MalformedSteps
-	// step events that do not; Foreign counts records of no submitted episode.
+	// Malformed counts outcome and group records that do not decode,
+	// MalformedSteps step events that do not; Foreign counts records (and
+	// group members) of no submitted episode.
 	Malformed, MalformedSteps, Foreign int
+	// Groups counts the group records read (and acknowledged, as a trainer
+	// does: the groups stream is a work queue).
+	Groups int
+	// WrongRun lists the outcome and group records of our episodes that do
+	// not carry the run's id or are not on its subjects; StepsOffRun counts
+	// such honest step events (the details show the first few).
+	WrongRun           []string
+	StepsOffRun        int
+	StepsOffRunDetails []string
 	// Notes are other observations worth a look.
 	Notes []string
 }
@@ -197,6 +207,8 @@ func (r *Report) Problems() []string {
 	add(len(r.Unproven), "not from one honest run")
 	add(len(r.ReplayErrors), "replay mismatches")
 	add(r.Malformed, "undecodable outcomes")
+	add(len(r.WrongRun), "records off their run")
+	add(r.StepsOffRun, "step events off their run")
 	add(r.Unrecovered(), "faults not recovered without a restart")
 	if len(r.Lost) == 0 && len(r.Duplicated) == 0 && r.Trajectories+r.Failures != r.Submitted {
 		p = append(p, fmt.Sprintf("%d decided of %d", r.Trajectories+r.Failures, r.Submitted))
@@ -310,6 +322,10 @@ func (r *Report) Table() string {
 		row("", "%d unverifiable: %d step messages were purged before the harness read them", len(r.Unverified), r.StepsMissed)
 	}
 	row("replay mismatches", "%d", len(r.ReplayErrors))
+	row("groups", "%d read and acknowledged", r.Groups)
+	if len(r.WrongRun)+r.StepsOffRun > 0 {
+		row("off their run", "%d outcome or group records, %d step events: without the run's id or off its subjects", len(r.WrongRun), r.StepsOffRun)
+	}
 	if r.Malformed+r.MalformedSteps+r.Foreign > 0 {
 		row("other records", "%d undecodable outcomes, %d undecodable steps, %d of no submitted episode", r.Malformed, r.MalformedSteps, r.Foreign)
 	}
@@ -438,6 +454,8 @@ func (r *Report) Details() string {
 	list("trajectories whose steps the harness partly missed", r.Unverified, len(r.Unverified))
 	list("replay mismatches", r.ReplayErrors, len(r.ReplayErrors))
 	list("failure records of forged episodes", r.ForgedFailures, len(r.ForgedFailures))
+	list("records off their run", r.WrongRun, len(r.WrongRun))
+	list("step events off their run", r.StepsOffRunDetails, r.StepsOffRun)
 	var exits []string
 	for _, x := range r.Exits {
 		s := fmt.Sprintf("%s at %s: %s", x.Name, x.At.Round(time.Millisecond), x.Err)

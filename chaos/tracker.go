@@ -61,7 +61,11 @@ type tracker struct {
 	bad     int
 	badErrs []string
 	forged  int
-	stopped bool
+	// offRun lists the first few honest steps of our episodes without the
+	// run's id or off its steps subject; offRunCount counts them all.
+	offRun      []string
+	offRunCount int
+	stopped     bool
 }
 
 func newTracker(h *harness) *tracker {
@@ -109,6 +113,12 @@ func (t *tracker) handle(m jetstream.Msg) {
 		t.forged++
 		t.index.add(s, seq, forged)
 		return
+	}
+	if t.h.reqs[s.EpisodeID] != nil && (s.RunID != t.h.runID || m.Subject() != t.h.subj.Steps(t.h.runID, s.EpisodeID)) {
+		t.offRunCount++
+		if len(t.offRun) < maxDetails {
+			t.offRun = append(t.offRun, fmt.Sprintf("steps seq %d of %s, run id %q, on %s", seq, s.EpisodeID, s.RunID, m.Subject()))
+		}
 	}
 	if !s.endMarker() && s.Error == "" {
 		t.index.add(s, seq, "")
@@ -196,6 +206,7 @@ func (t *tracker) evidence(ev *evidence) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ev.steps, ev.index, ev.badSteps, ev.badStepErrs, ev.forgedSteps = t.runs, t.index, t.bad, t.badErrs, t.forged
+	ev.offRun, ev.offRunCount = t.offRun, t.offRunCount
 	ev.gaps = t.gaps
 }
 

@@ -33,6 +33,7 @@ type Span struct{ Start, End int32 }
 // the checks and the replay look at.
 type Trajectory struct {
 	V                 int64
+	RunID             string
 	EpisodeID         string
 	GroupID           string
 	SampleIndex       int64
@@ -67,6 +68,7 @@ type Sample struct {
 // Failure is the harness's reading of a failure record.
 type Failure struct {
 	V         int64
+	RunID     string
 	EpisodeID string
 	Kind      string
 	Reason    string
@@ -77,6 +79,7 @@ type Failure struct {
 // Step is the harness's reading of a step event.
 type Step struct {
 	V              int64
+	RunID          string // the job the episode belongs to (not Run, a delivery's nonce)
 	EpisodeID      string
 	Turn           int64
 	Attempt        int64
@@ -99,14 +102,51 @@ type Step struct {
 // done and no error. It is not a turn.
 func (s *Step) endMarker() bool { return len(s.ActionTokens) == 0 && s.Done && s.Error == "" }
 
+// Group is the harness's reading of a group record: whose trajectories it
+// holds.
+type Group struct {
+	V         int64
+	RunID     string
+	GroupID   string
+	Env       string
+	MeanScore float64
+	// Episodes are the episode ids of its trajectories, in order.
+	Episodes []string
+}
+
 // DecodeTrajectory decodes a message of the trajectories stream.
 func DecodeTrajectory(data []byte) (*Trajectory, error) {
 	f, err := decodeFields(data)
 	if err != nil {
 		return nil, err
 	}
+	t := trajectoryOf(f)
+	return t, f.done(t.V)
+}
+
+// DecodeGroup decodes a message of the groups stream, each of its
+// trajectories as DecodeTrajectory reads one.
+func DecodeGroup(data []byte) (*Group, error) {
+	f, err := decodeFields(data)
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{V: f.int("v"), RunID: f.str("rid"), GroupID: f.str("g"), Env: f.str("e"), MeanScore: f.float("ms")}
+	for i, m := range f.maps("t") {
+		tf := &fields{m: m, path: fmt.Sprintf("t[%d].", i)}
+		t := trajectoryOf(tf)
+		if err := tf.done(t.V); err != nil && f.err == nil {
+			f.err = err
+		}
+		g.Episodes = append(g.Episodes, t.EpisodeID)
+	}
+	return g, f.done(g.V)
+}
+
+// trajectoryOf reads a trajectory's fields; f holds the first error.
+func trajectoryOf(f *fields) *Trajectory {
 	t := &Trajectory{
-		V: f.int("v"), EpisodeID: f.str("id"), GroupID: f.str("g"), SampleIndex: f.int("i"), GroupSize: f.int("n"),
+		V: f.int("v"), RunID: f.str("rid"), EpisodeID: f.str("id"), GroupID: f.str("g"), SampleIndex: f.int("i"), GroupSize: f.int("n"),
 		Env: f.str("e"), EnvSeed: f.optUint("es"), Prompt: f.str("p"),
 		ObservationTokens: f.int32s("ot"), ActionRanges: f.spans("ar"), RolloutLogProbs: f.float32s("lp"),
 		Reward: f.float("r"), Scores: f.float("s"), ExtraLogs: f.floatMap("xl"), Truncated: f.bool("tr"),
@@ -114,14 +154,14 @@ func DecodeTrajectory(data []byte) (*Trajectory, error) {
 		Success: f.bool("ok"), Resumed: f.int("rs"),
 	}
 	for i, m := range f.maps("sm") {
-		s := fields{m: m, path: fmt.Sprintf("sm[%d].", i)}
+		s := fields{m: m, path: f.path + fmt.Sprintf("sm[%d].", i)}
 		t.Samples = append(t.Samples, Sample{ObservationTokens: s.int32s("ot"), ActionRanges: s.spans("ar"),
 			RolloutLogProbs: s.float32s("lp"), Reward: s.float("r"), Return: s.float("rt")})
 		if s.err != nil && f.err == nil {
 			f.err = s.err
 		}
 	}
-	return t, f.done(t.V)
+	return t
 }
 
 // DecodeFailure decodes a message of the failures stream.
@@ -130,7 +170,7 @@ func DecodeFailure(data []byte) (*Failure, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Failure{V: f.int("v"), EpisodeID: f.str("id"), Kind: f.str("k"), Reason: f.str("r"), Subject: f.str("sj"), Turn: f.int("tn")}
+	x := &Failure{V: f.int("v"), RunID: f.str("rid"), EpisodeID: f.str("id"), Kind: f.str("k"), Reason: f.str("r"), Subject: f.str("sj"), Turn: f.int("tn")}
 	return x, f.done(x.V)
 }
 
@@ -141,7 +181,7 @@ func DecodeStep(data []byte) (*Step, error) {
 		return nil, err
 	}
 	s := &Step{
-		V: f.int("v"), EpisodeID: f.str("id"), Turn: f.int("tn"), Attempt: f.int("a"), Request: f.uint("rq"), Run: f.str("ru"),
+		V: f.int("v"), RunID: f.str("rid"), EpisodeID: f.str("id"), Turn: f.int("tn"), Attempt: f.int("a"), Request: f.uint("rq"), Run: f.str("ru"),
 		PromptTokens: f.int32s("pt"), ActionTokens: f.int32s("at"), ActionLogprobs: f.float32s("al"),
 		FeedbackTokens: f.int32s("ft"), Reward: f.float("r"), Done: f.bool("d"), Truncated: f.bool("tr"),
 		Resumed: f.int("rs"), Error: f.str("err"),

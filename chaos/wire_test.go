@@ -19,7 +19,7 @@ import (
 func fixtureTrajectory() *messages.Trajectory {
 	seed := uint64(1) << 63 // needs all 64 bits
 	return &messages.Trajectory{
-		V: messages.Version, EpisodeID: "ep-1", GroupID: "g-1", SampleIndex: 2, GroupSize: 4,
+		V: messages.Version, RunID: "run-1", EpisodeID: "ep-1", GroupID: "g-1", SampleIndex: 2, GroupSize: 4,
 		Env: "game:GuessTheNumber-v0", EnvSeed: &seed, Prompt: "", Label: "l",
 		ObservationTokens: messages.Tokens{1, 2, 300000, 4, 5, 6, -1 << 31},
 		ActionRanges:      messages.Ranges{{Start: 2, End: 4}, {Start: 5, End: 6}},
@@ -42,7 +42,7 @@ func TestDecodeTrajectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Trajectory{
-		V: 1, EpisodeID: "ep-1", GroupID: "g-1", SampleIndex: 2, GroupSize: 4, Env: in.Env, EnvSeed: in.EnvSeed,
+		V: 1, RunID: "run-1", EpisodeID: "ep-1", GroupID: "g-1", SampleIndex: 2, GroupSize: 4, Env: in.Env, EnvSeed: in.EnvSeed,
 		ObservationTokens: []int32(in.ObservationTokens), ActionRanges: []Span{{2, 4}, {5, 6}},
 		RolloutLogProbs: []float32(in.RolloutLogProbs), Reward: 1.25, Scores: -3, ExtraLogs: in.ExtraLogs,
 		Truncated: true, Turns: 2, StepRewards: in.StepRewards, FinishReason: "length", ObsStyle: "chat",
@@ -78,8 +78,8 @@ func TestDecodeTrajectory(t *testing.T) {
 }
 
 func TestDecodeFailureAndStep(t *testing.T) {
-	data, err := messages.Marshal(&messages.Failure{V: messages.Version, EpisodeID: "ep", Kind: "invariant",
-		Reason: "why", Subject: "rf.steps.ep", Turn: 3, Time: 5, Payload: []byte{1, 2}})
+	data, err := messages.Marshal(&messages.Failure{V: messages.Version, RunID: "run-1", EpisodeID: "ep", Kind: "invariant",
+		Reason: "why", Subject: "rf.steps.run-1.ep", Turn: 3, Time: 5, Payload: []byte{1, 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,14 +87,14 @@ func TestDecodeFailureAndStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (&Failure{V: 1, EpisodeID: "ep", Kind: "invariant", Reason: "why", Subject: "rf.steps.ep", Turn: 3}); !reflect.DeepEqual(f, want) {
+	if want := (&Failure{V: 1, RunID: "run-1", EpisodeID: "ep", Kind: "invariant", Reason: "why", Subject: "rf.steps.run-1.ep", Turn: 3}); !reflect.DeepEqual(f, want) {
 		t.Errorf("failure %+v, want %+v", f, want)
 	}
 
 	seed := uint64(42)
 	req := &messages.EpisodeRequest{V: messages.Version, EpisodeID: "ep", GroupID: "g", GroupSize: 1, Env: "e",
 		EnvSeed: &seed, MaxLength: 10, Sampling: messages.SamplingParams{Temperature: 1}}
-	data, err = messages.Marshal(&messages.StepEvent{V: messages.Version, EpisodeID: "ep", Turn: 0, Attempt: 3, Episode: req,
+	data, err = messages.Marshal(&messages.StepEvent{V: messages.Version, RunID: "run-1", EpisodeID: "ep", Turn: 0, Attempt: 3, Episode: req,
 		PromptTokens: messages.Tokens{1, 2}, ActionTokens: messages.Tokens{3}, ActionLogprobs: messages.Logprobs{-0.5},
 		FeedbackTokens: messages.Tokens{4, 5}, Reward: 0.5, Done: true, Truncated: true, Resumed: 2, Error: "e",
 		EnvState: []byte(`{"x":1}`), ExtraLogs: map[string]float64{"a": 1}})
@@ -105,11 +105,44 @@ func TestDecodeFailureAndStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Step{V: 1, EpisodeID: "ep", Attempt: 3, HasEpisode: true, EnvSeed: &seed, PromptTokens: []int32{1, 2},
+	want := &Step{V: 1, RunID: "run-1", EpisodeID: "ep", Attempt: 3, HasEpisode: true, EnvSeed: &seed, PromptTokens: []int32{1, 2},
 		ActionTokens: []int32{3}, ActionLogprobs: []float32{-0.5}, FeedbackTokens: []int32{4, 5}, Reward: 0.5,
 		Done: true, Truncated: true, Resumed: 2, Error: "e"}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("step %+v, want %+v", s, want)
+	}
+}
+
+// TestDecodeGroup reads a group as the collector publishes it: its run and
+// the episodes of its trajectories; a member that does not decode makes the
+// group undecodable.
+func TestDecodeGroup(t *testing.T) {
+	a, b := *fixtureTrajectory(), *fixtureTrajectory()
+	b.EpisodeID, b.SampleIndex = "ep-2", 3
+	in := &messages.Group{V: messages.Version, RunID: "run-1", GroupID: "g-1", Env: a.Env, MeanScore: 0.5, Trajectories: []messages.Trajectory{a, b}}
+	data, err := messages.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := DecodeGroup(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Group{V: 1, RunID: "run-1", GroupID: "g-1", Env: a.Env, MeanScore: 0.5, Episodes: []string{"ep-1", "ep-2"}}
+	if !reflect.DeepEqual(g, want) {
+		t.Errorf("group %+v, want %+v", g, want)
+	}
+	var m map[string]any
+	if err := msgpack.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["t"].([]any)[1].(map[string]any)["ot"] = "not packed tokens"
+	bad, err := msgpack.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeGroup(bad); !errors.Is(err, errWire) || !strings.Contains(err.Error(), "t[1].ot") {
+		t.Errorf("a group with a broken member: %v", err)
 	}
 }
 
@@ -218,7 +251,7 @@ func TestInvariants(t *testing.T) {
 // it at its decoder or in assembly is the fleet's business.
 func TestForgedSteps(t *testing.T) {
 	for v, name := range forgeries {
-		steps := forgedSteps("chaos-1-000001", 7, 2, 3, v)
+		steps := forgedSteps("chaos-1", "chaos-1-000001", 7, 2, 3, v)
 		if len(steps) == 0 {
 			t.Fatalf("%s: no steps", name)
 		}
@@ -231,16 +264,16 @@ func TestForgedSteps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mine.EpisodeID != "chaos-1-000001" || mine.Request != 7 || mine.Turn <= 3 || mine.Attempt < 2 || len(mine.ActionTokens) == 0 ||
+			if mine.EpisodeID != "chaos-1-000001" || mine.RunID != "chaos-1" || mine.Request != 7 || mine.Turn <= 3 || mine.Attempt < 2 || len(mine.ActionTokens) == 0 ||
 				len(mine.ActionTokens) != len(mine.ActionLogprobs) {
 				t.Errorf("%s: %+v is not a step after attempt 2 turn 3", name, mine)
 			}
 		}
 	}
-	if !strings.Contains(forgeries[3], "attempt") || forgedSteps("e", 7, 2, 3, 3)[0].Attempt != 3 {
+	if !strings.Contains(forgeries[3], "attempt") || forgedSteps("r", "e", 7, 2, 3, 3)[0].Attempt != 3 {
 		t.Error("the attempt forgery does not use a higher attempt")
 	}
-	if s := forgedSteps("e", 7, 2, 3, 4); len(s) != 2 || s[0].Turn != 5 || s[1].Turn != 4 {
+	if s := forgedSteps("r", "e", 7, 2, 3, 4); len(s) != 2 || s[0].Turn != 5 || s[1].Turn != 4 {
 		t.Error("the out-of-order forgery does not publish turn 5 before turn 4")
 	}
 }

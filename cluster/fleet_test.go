@@ -244,6 +244,9 @@ func runFleet(t *testing.T, cl nodes, victims []string) {
 			if tr.Resumed > 0 {
 				resumed++
 			}
+			if want := reqs[0].RunID; tr.RunID != want {
+				t.Errorf("%s: trajectory of run %q, want %q", id, tr.RunID, want)
+			}
 			if err := tr.Validate(); err != nil {
 				invalid++
 				t.Errorf("%s: invalid trajectory: %v", id, err)
@@ -382,7 +385,7 @@ func requests(seed uint64) []*messages.EpisodeRequest {
 		envSeed := seed<<20 + uint64(2*i)
 		sampleSeed := int64(seed<<20 + uint64(2*i+1))
 		reqs[i] = &messages.EpisodeRequest{
-			V: messages.Version, EpisodeID: fmt.Sprintf("cluster-%d-%04d", seed, i),
+			V: messages.Version, RunID: fmt.Sprintf("cluster-%d", seed), EpisodeID: fmt.Sprintf("cluster-%d-%04d", seed, i),
 			GroupID: fmt.Sprintf("cluster-%d-g%04d", seed, i), GroupSize: 1,
 			Env: "game:GuessTheNumber-v0", EnvSeed: &envSeed,
 			Sampling:  messages.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: 256, Seed: &sampleSeed},
@@ -406,7 +409,7 @@ func submit(js jetstream.JetStream, subj messages.Subjects, reqs []*messages.Epi
 		}
 		deadline := time.Now().Add(reformTimeout)
 		for {
-			err = bus.Publish(context.Background(), js, subj.Episodes(r.Env), data, r.EpisodeID)
+			err = bus.Publish(context.Background(), js, subj.Episodes(r.RunID, r.Env), data, r.EpisodeID)
 			if err == nil {
 				break
 			}
@@ -436,30 +439,35 @@ func (o *outcomes) decided(reqs []*messages.EpisodeRequest) int {
 	return n
 }
 
-// readOutcomes reads the whole trajectories and failures streams.
+// readOutcomes reads every record the trajectories and failures streams
+// hold, without a consumer: they are work queues, and nothing reads them
+// here, so they keep every record for the checks.
 func readOutcomes(ctx context.Context, js jetstream.JetStream, subj messages.Subjects) (*outcomes, error) {
 	o := &outcomes{trajs: map[string][]*messages.Trajectory{}, failures: map[string][]*messages.Failure{}}
-	err := readStream(ctx, js, subj.StreamTrajectories(), func(data []byte) error {
-		tr, err := messages.Decode[messages.Trajectory](data)
+	trajs, err := bustest.ReadStored(ctx, js, subj.StreamTrajectories(), "")
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", subj.StreamTrajectories(), err)
+	}
+	for _, m := range trajs {
+		tr, err := messages.Decode[messages.Trajectory](m.Data)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("%s seq %d: %w", subj.StreamTrajectories(), m.Sequence, err)
+		}
+		if m.Subject != subj.Trajectories(tr.RunID, tr.Env) {
+			return nil, fmt.Errorf("%s seq %d: trajectory of run %q on %s", subj.StreamTrajectories(), m.Sequence, tr.RunID, m.Subject)
 		}
 		o.trajs[tr.EpisodeID] = append(o.trajs[tr.EpisodeID], tr)
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	err = readStream(ctx, js, subj.StreamFailures(), func(data []byte) error {
-		f, err := messages.Decode[messages.Failure](data)
+	fails, err := bustest.ReadStored(ctx, js, subj.StreamFailures(), "")
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", subj.StreamFailures(), err)
+	}
+	for _, m := range fails {
+		f, err := messages.Decode[messages.Failure](m.Data)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("%s seq %d: %w", subj.StreamFailures(), m.Sequence, err)
 		}
 		o.failures[f.EpisodeID] = append(o.failures[f.EpisodeID], f)
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	return o, nil
 }

@@ -82,5 +82,5 @@ func Example() {
 	fin := post("/v1/sessions/episode-1/finish", map[string]any{"reward": 1})
 	seg := fin["segments"].([]any)[0].(map[string]any)
 	fmt.Println(fin["status"], fin["subject"], seg["episode_id"], seg["turns"], seg["drift"])
-	// Output: finished rf.trajectories.gateway episode-1 2 false
+	// Output: finished rf.trajectories.gateway.gateway episode-1 2 false
 }

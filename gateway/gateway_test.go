@@ -330,7 +330,7 @@ func TestFinishTwice(t *testing.T) {
 		t.Errorf("call after finish: %v %v, want 409", r, err)
 	}
 	f.must(t, http.StatusConflict, http.MethodDelete, "/v1/sessions/twice", nil, nil)
-	if n := len(stored[messages.Trajectory](t, f, f.subj.StreamTrajectories(), f.subj.Trajectories(DefaultEnv))); n != 1 {
+	if n := len(stored[messages.Trajectory](t, f, f.subj.StreamTrajectories(), f.subj.Trajectories(f.run, DefaultEnv))); n != 1 {
 		t.Errorf("%d trajectories stored, want 1", n)
 	}
 }
@@ -377,6 +377,51 @@ func TestDiscard(t *testing.T) {
 	}
 	if n := len(f.trajectories(t, DefaultEnv)); n != 0 {
 		t.Errorf("%d trajectories stored for a discarded session", n)
+	}
+}
+
+// TestRunID publishes a gateway's trajectories and failure records under its run id, on
+// that run's subjects, which its trainer reads apart from every other run's.
+func TestRunID(t *testing.T) {
+	f := newFixture(t, fixtureOptions{gateway: Options{Run: "trainer-7"}})
+	if f.run != "trainer-7" {
+		t.Fatalf("fixture run %q", f.run)
+	}
+	a := newAgent("kept", 3)
+	if _, _, err := a.turn(f, nil); err != nil {
+		t.Fatal(err)
+	}
+	var fin struct {
+		Subject string `json:"subject"`
+	}
+	if err := f.must(t, http.StatusOK, http.MethodPost, "/v1/sessions/kept/finish", nil, map[string]any{"reward": 1}).decode(&fin); err != nil {
+		t.Fatal(err)
+	}
+	if want := f.subj.Trajectories("trainer-7", DefaultEnv); fin.Subject != want {
+		t.Errorf("finish names subject %q, want %q", fin.Subject, want)
+	}
+	b := newAgent("dropped", 4)
+	if _, _, err := b.turn(f, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.must(t, http.StatusOK, http.MethodDelete, "/v1/sessions/dropped", nil, nil)
+	if trajs := f.trajectories(t, DefaultEnv); len(trajs) != 1 || trajs["kept"] == nil {
+		t.Errorf("trajectories of the run %v, want the finished session's", trajs)
+	}
+	if fails := f.failures(t); len(fails) != 1 || fails[0].EpisodeID != "dropped" {
+		t.Errorf("failures of the run %+v, want the discarded session's", fails)
+	}
+	// Nothing under the default run, and everything under this one.
+	for stream, filter := range map[string]string{
+		f.subj.StreamTrajectories(): f.subj.TrajectoriesOfRun(DefaultRun),
+		f.subj.StreamFailures():     f.subj.FailuresOfRun(DefaultRun),
+	} {
+		if n := len(bustest.StoredMessages(t, f.js, stream, filter)); n != 0 {
+			t.Errorf("%d records on %s", n, filter)
+		}
+	}
+	if n := len(bustest.StoredMessages(t, f.js, f.subj.StreamTrajectories(), "")); n != 1 {
+		t.Errorf("%d trajectories stored, want 1", n)
 	}
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,7 @@ type fixture struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	subj  messages.Subjects
+	run   string // the gateway's run id
 	model string // the stand-in model's URL
 	url   string // the gateway's URL
 	gw    *Gateway
@@ -56,7 +58,7 @@ type fixtureOptions struct {
 
 func newFixture(t *testing.T, fo fixtureOptions) *fixture {
 	t.Helper()
-	f := &fixture{subj: messages.NewSubjects("")}
+	f := &fixture{subj: messages.NewSubjects(""), run: cmp.Or(fo.gateway.Run, DefaultRun)}
 	f.srv = bustest.RunServer(t)
 	f.nc = bustest.Connect(t, f.srv, "test")
 	var err error
@@ -225,28 +227,9 @@ func stored[T any, P interface {
 	Validate() error
 }](t *testing.T, f *fixture, stream, subject string) []*T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	st, err := f.js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []*T
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Subject != subject {
-			continue
-		}
+	// Read without a consumer: the output streams are work queues.
+	for _, m := range bustest.StoredMessages(t, f.js, stream, subject) {
 		v, err := messages.Decode[T, P](m.Data)
 		if err != nil {
 			t.Fatalf("stored message on %s: %v", subject, err)
@@ -260,9 +243,12 @@ func stored[T any, P interface {
 func (f *fixture) trajectories(t *testing.T, env string) map[string]*messages.Trajectory {
 	t.Helper()
 	out := make(map[string]*messages.Trajectory)
-	for _, tr := range stored[messages.Trajectory](t, f, f.subj.StreamTrajectories(), f.subj.Trajectories(env)) {
+	for _, tr := range stored[messages.Trajectory](t, f, f.subj.StreamTrajectories(), f.subj.Trajectories(f.run, env)) {
 		if _, dup := out[tr.EpisodeID]; dup {
 			t.Errorf("trajectory %q stored twice", tr.EpisodeID)
+		}
+		if tr.RunID != f.run {
+			t.Errorf("trajectory %q of run %q, want the gateway's %q", tr.EpisodeID, tr.RunID, f.run)
 		}
 		out[tr.EpisodeID] = tr
 	}
@@ -272,7 +258,13 @@ func (f *fixture) trajectories(t *testing.T, env string) map[string]*messages.Tr
 // failures returns the episode failure records stored.
 func (f *fixture) failures(t *testing.T) []*messages.Failure {
 	t.Helper()
-	return stored[messages.Failure](t, f, f.subj.StreamFailures(), f.subj.Failures(messages.FailureEpisode))
+	fails := stored[messages.Failure](t, f, f.subj.StreamFailures(), f.subj.Failures(f.run, messages.FailureEpisode))
+	for _, fl := range fails {
+		if fl.RunID != f.run {
+			t.Errorf("failure of %q of run %q, want the gateway's %q", fl.EpisodeID, fl.RunID, f.run)
+		}
+	}
+	return fails
 }
 
 // chatTurn is one chat completion as an agent sees it.

@@ -48,14 +48,14 @@ func ExampleDecode() {
 
 func ExampleToken() {
 	s := messages.NewSubjects("rf")
-	fmt.Println(s.Episodes("game:GuessTheNumber-v0"))
-	fmt.Println(s.Steps("math.gsm8k/17 #2"))
+	fmt.Println(s.Episodes("run-7", "game:GuessTheNumber-v0"))
+	fmt.Println(s.Steps("", "math.gsm8k/17 #2"))
 	fmt.Println(messages.Token(""))
 	id, _ := messages.ParseToken("math%2Egsm8k/17%20#2")
 	fmt.Println(id)
 	// Output:
-	// rf.episodes.game:GuessTheNumber-v0
-	// rf.steps.math%2Egsm8k/17%20#2
+	// rf.episodes.run-7.game:GuessTheNumber-v0
+	// rf.steps.%.math%2Egsm8k/17%20#2
 	// %
 	// math.gsm8k/17 #2
 }

@@ -3,6 +3,7 @@ package messages
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -107,4 +108,37 @@ func FuzzDecodeChatTokenizeRequest(f *testing.F) {
 
 func FuzzDecodeModelInfoReply(f *testing.F) {
 	fuzzDecode(f, &ModelInfoReply{V: Version, Models: []ModelInfo{{ID: "m", MaxModelLen: 4096}}}, &ModelInfoReply{V: Version, Error: "x", Code: CodeUnavailable})
+}
+
+// FuzzParseSubject checks the parsers of subject tokens and steps subjects on arbitrary strings:
+// they never panic, and whatever they accept is exactly what Token and Steps write.
+func FuzzParseSubject(f *testing.F) {
+	s := NewSubjects("")
+	for _, seed := range []string{
+		"", "%", "ep-0001", "a%2Eb", "%2", "%2e", "%41", "rf.steps.%.ep", "rf.steps.run-1.ep%201",
+		"rf.steps.r.a.b", "rf.steps.ep", "rf.episodes.r.e", s.Steps("a.b", "c d"),
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		if id, err := ParseToken(in); err == nil {
+			if Token(id) != in {
+				t.Fatalf("ParseToken(%q) = %q, whose token is %q", in, id, Token(id))
+			}
+		} else if id != "" {
+			t.Fatalf("ParseToken(%q) returned both %q and %v", in, id, err)
+		}
+		run, ep, err := s.ParseSteps(in)
+		if err != nil {
+			// The run of a subject whose episode token is bad is still reported (the collector
+			// files its failure record under that run), but never an episode.
+			if ep != "" || run != "" && Token(run) != strings.Split(strings.TrimPrefix(in, "rf.steps."), ".")[0] {
+				t.Fatalf("ParseSteps(%q) returned %q, %q with %v", in, run, ep, err)
+			}
+			return
+		}
+		if got := s.Steps(run, ep); got != in {
+			t.Fatalf("ParseSteps(%q) = %q, %q, whose subject is %q", in, run, ep, got)
+		}
+	})
 }

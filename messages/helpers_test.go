@@ -18,6 +18,7 @@ func sampleSampling() SamplingParams {
 func sampleEpisode() *EpisodeRequest {
 	return &EpisodeRequest{
 		V:                Version,
+		RunID:            "run-7",
 		EpisodeID:        "ep-0001",
 		GroupID:          "grp-01",
 		SampleIndex:      1,
@@ -62,7 +63,7 @@ func sampleTokenizeReply() *TokenizeReply {
 // sampleStep is turn 0 of the sample episode: it carries the request and the prompt tokens.
 func sampleStep() *StepEvent {
 	return &StepEvent{
-		V: Version, EpisodeID: "ep-0001", Turn: 0, Episode: sampleEpisode(),
+		V: Version, RunID: "run-7", EpisodeID: "ep-0001", Turn: 0, Episode: sampleEpisode(),
 		PromptTokens:   Tokens{10, 11, 12},
 		ActionTokens:   Tokens{20, 21},
 		ActionLogprobs: Logprobs{-0.5, -0.25},
@@ -82,7 +83,7 @@ func sampleStep() *StepEvent {
 // prompt [10 11 12], action [20 21], feedback [30], action [22], feedback [31 32].
 func sampleTrajectory() *Trajectory {
 	return &Trajectory{
-		V: Version, EpisodeID: "ep-0001", GroupID: "grp-01", SampleIndex: 1, GroupSize: 4,
+		V: Version, RunID: "run-7", EpisodeID: "ep-0001", GroupID: "grp-01", SampleIndex: 1, GroupSize: 4,
 		Env: "game:GuessTheNumber-v0", EnvSeed: ptr[uint64](7),
 		Prompt: "Guess a number between 1 and 20.", Label: "13",
 		ObservationTokens: Tokens{10, 11, 12, 20, 21, 30, 22, 31, 32},
@@ -105,13 +106,13 @@ func sampleGroup() *Group {
 	a, b := *sampleTrajectory(), *sampleTrajectory()
 	a.EpisodeID, a.SampleIndex, a.GroupSize = "ep-a", 0, 2
 	b.EpisodeID, b.SampleIndex, b.GroupSize = "ep-b", 1, 2
-	return &Group{V: Version, GroupID: "grp-01", Env: a.Env, MeanScore: 1, Trajectories: []Trajectory{a, b}}
+	return &Group{V: Version, RunID: "run-7", GroupID: "grp-01", Env: a.Env, MeanScore: 1, Trajectories: []Trajectory{a, b}}
 }
 
 func sampleFailure() *Failure {
 	return &Failure{
-		V: Version, EpisodeID: "ep-0001", GroupID: "grp-01", Env: "game:GuessTheNumber-v0",
-		Kind: FailureMalformed, Reason: "messages: decode StepEvent: malformed msgpack", Subject: "rf.steps.ep-0001",
+		V: Version, RunID: "run-7", EpisodeID: "ep-0001", GroupID: "grp-01", Env: "game:GuessTheNumber-v0",
+		Kind: FailureMalformed, Reason: "messages: decode StepEvent: malformed msgpack", Subject: "rf.steps.run-7.ep-0001",
 		Turn: 3, Time: 1_700_000_000_000_000_000, Payload: []byte{0xc1, 0x00},
 	}
 }

@@ -356,6 +356,22 @@ func TestTrajectoryJSONShape(t *testing.T) {
 	if !strings.Contains(string(sampleJSON(t, sampleTrajectory())), `"action_ranges":[[3,5],[6,7]]`) {
 		t.Error("action_ranges are not [start, end] pairs")
 	}
+	if got, ok := m["run_id"]; !ok || got != "run-7" {
+		t.Errorf("run_id %v, want run-7: %s", got, b)
+	}
+	tr.RunID = ""
+	if b := sampleJSON(t, tr); strings.Contains(string(b), "run_id") {
+		t.Errorf("an empty run id is written: %s", b)
+	}
+	for _, v := range []any{with(sampleGroup, func(g *Group) { g.RunID = "" }), with(sampleFailure, func(f *Failure) { f.RunID = "" })} {
+		var top map[string]any
+		if err := json.Unmarshal(sampleJSON(t, v), &top); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := top["run_id"]; ok {
+			t.Errorf("an empty run id is written: %v", top)
+		}
+	}
 }
 
 func sampleJSON(t *testing.T, v any) []byte {

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"testing/quick"
 )
@@ -9,24 +10,38 @@ import (
 func TestSubjects(t *testing.T) {
 	for _, s := range []Subjects{NewSubjects(""), NewSubjects("rf"), {}} {
 		for got, want := range map[string]string{
-			s.Episodes("game:GuessTheNumber-v0"): "rf.episodes.game:GuessTheNumber-v0",
-			s.Episodes("math.gsm8k"):             "rf.episodes.math%2Egsm8k",
-			s.EpisodesAll():                      "rf.episodes.>",
-			s.Generate():                         "rf.llm.generate",
-			s.Tokenize():                         "rf.llm.tokenize",
-			s.Steps("ep 1"):                      "rf.steps.ep%201",
-			s.StepsAll():                         "rf.steps.>",
-			s.Trajectories("qa"):                 "rf.trajectories.qa",
-			s.TrajectoriesAll():                  "rf.trajectories.>",
-			s.Groups("qa"):                       "rf.groups.qa",
-			s.GroupsAll():                        "rf.groups.>",
-			s.Failures(FailureMalformed):         "rf.failures.malformed",
-			s.FailuresAll():                      "rf.failures.>",
-			s.StreamEpisodes():                   "RF_EPISODES",
-			s.StreamSteps():                      "RF_STEPS",
-			s.StreamTrajectories():               "RF_TRAJECTORIES",
-			s.StreamGroups():                     "RF_GROUPS",
-			s.StreamFailures():                   "RF_FAILURES",
+			s.Episodes("run-1", "game:GuessTheNumber-v0"): "rf.episodes.run-1.game:GuessTheNumber-v0",
+			s.Episodes("run-1", "math.gsm8k"):             "rf.episodes.run-1.math%2Egsm8k",
+			s.Episodes("", "qa"):                          "rf.episodes.%.qa",
+			s.Episodes("a.b", "qa"):                       "rf.episodes.a%2Eb.qa",
+			s.EpisodesFilter("run-1", "qa"):               "rf.episodes.run-1.qa",
+			s.EpisodesFilter(AnyRun, "qa"):                "rf.episodes.*.qa",
+			s.EpisodesFilter(AnyRun, "math.gsm8k"):        "rf.episodes.*.math%2Egsm8k",
+			s.EpisodesFilter("", "qa"):                    "rf.episodes.%.qa",
+			s.EpisodesOfRun("run-1"):                      "rf.episodes.run-1.>",
+			s.EpisodesOfRun(""):                           "rf.episodes.%.>",
+			s.EpisodesAll():                               "rf.episodes.>",
+			s.Generate():                                  "rf.llm.generate",
+			s.Tokenize():                                  "rf.llm.tokenize",
+			s.Steps("run-1", "ep 1"):                      "rf.steps.run-1.ep%201",
+			s.Steps("", "ep"):                             "rf.steps.%.ep",
+			s.StepsAll():                                  "rf.steps.>",
+			s.Trajectories("run-1", "qa"):                 "rf.trajectories.run-1.qa",
+			s.Trajectories("", "qa"):                      "rf.trajectories.%.qa",
+			s.TrajectoriesOfRun("run-1"):                  "rf.trajectories.run-1.>",
+			s.TrajectoriesAll():                           "rf.trajectories.>",
+			s.Groups("run-1", "qa"):                       "rf.groups.run-1.qa",
+			s.GroupsOfRun("run 1"):                        "rf.groups.run%201.>",
+			s.GroupsAll():                                 "rf.groups.>",
+			s.Failures("run-1", FailureMalformed):         "rf.failures.run-1.malformed",
+			s.Failures("", FailureMalformed):              "rf.failures.%.malformed",
+			s.FailuresOfRun("run-1"):                      "rf.failures.run-1.>",
+			s.FailuresAll():                               "rf.failures.>",
+			s.StreamEpisodes():                            "RF_EPISODES",
+			s.StreamSteps():                               "RF_STEPS",
+			s.StreamTrajectories():                        "RF_TRAJECTORIES",
+			s.StreamGroups():                              "RF_GROUPS",
+			s.StreamFailures():                            "RF_FAILURES",
 		} {
 			if got != want {
 				t.Errorf("Subjects%+v: got %q, want %q", s, got, want)
@@ -34,11 +49,190 @@ func TestSubjects(t *testing.T) {
 		}
 	}
 	s := NewSubjects("team-1.rf_x")
-	if got := s.Steps("e"); got != "team-1.rf_x.steps.e" {
+	if got := s.Steps("r", "e"); got != "team-1.rf_x.steps.r.e" {
 		t.Errorf("custom prefix: %q", got)
 	}
 	if got := s.StreamTrajectories(); got != "TEAM-1_RF_X_TRAJECTORIES" {
 		t.Errorf("custom prefix stream: %q", got)
+	}
+}
+
+// A run id "*" is a run of its own, not the wildcard: only AnyRun in a filter matches every run.
+func TestAnyRunIsNoRunID(t *testing.T) {
+	s := NewSubjects("")
+	if got := s.Episodes(AnyRun, "qa"); got != "rf.episodes.%2A.qa" {
+		t.Errorf("Episodes(%q) = %q: a run id must never become a wildcard", AnyRun, got)
+	}
+	for got, want := range map[string]string{
+		s.Steps(AnyRun, "e"):                "rf.steps.%2A.e",
+		s.Trajectories(AnyRun, "qa"):        "rf.trajectories.%2A.qa",
+		s.Groups(AnyRun, "qa"):              "rf.groups.%2A.qa",
+		s.Failures(AnyRun, FailureEpisode):  "rf.failures.%2A.episode",
+		s.EpisodesOfRun(AnyRun):             "rf.episodes.%2A.>",
+		s.TrajectoriesOfRun(AnyRun):         "rf.trajectories.%2A.>",
+		s.GroupsOfRun(AnyRun):               "rf.groups.%2A.>",
+		s.FailuresOfRun(AnyRun):             "rf.failures.%2A.>",
+		s.EpisodesFilter("%2A", "qa"):       "rf.episodes.%252A.qa",
+		s.EpisodesFilter(AnyRun+"x", "qa"):  "rf.episodes.%2Ax.qa",
+		s.EpisodesFilter(AnyRun, "*"):       "rf.episodes.*.%2A",
+		s.EpisodesFilter(AnyRun, "a>"):      "rf.episodes.*.a%3E",
+		s.EpisodesFilter(AnyRun, "run-1.x"): "rf.episodes.*.run-1%2Ex",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+}
+
+// subjectMatches reports whether a literal subject matches a filter with NATS's wildcards.
+func subjectMatches(filter, subject string) bool {
+	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, tok := range f {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(f) == len(s)
+}
+
+// The run filters match exactly the subjects of their run, and AnyRun those of every run.
+func TestRunFiltersMatch(t *testing.T) {
+	s := NewSubjects("")
+	runs := []string{"", "run-1", "run-2", "a.b", "*", ">", "%", "run-1.qa"}
+	envs := []string{"qa", "game:Sudoku-v0", "math.gsm8k", "*", ""}
+	for _, run := range runs {
+		for _, other := range runs {
+			for _, env := range envs {
+				same := run == other
+				for _, c := range []struct {
+					name            string
+					filter, subject string
+					want            bool
+				}{
+					{"EpisodesFilter", s.EpisodesFilter(run, env), s.Episodes(other, env), same},
+					{"EpisodesFilter(AnyRun)", s.EpisodesFilter(AnyRun, env), s.Episodes(other, env), true},
+					{"EpisodesFilter(AnyRun) other env", s.EpisodesFilter(AnyRun, env), s.Episodes(other, env+"x"), false},
+					{"EpisodesOfRun", s.EpisodesOfRun(run), s.Episodes(other, env), same},
+					{"TrajectoriesOfRun", s.TrajectoriesOfRun(run), s.Trajectories(other, env), same},
+					{"GroupsOfRun", s.GroupsOfRun(run), s.Groups(other, env), same},
+					{"FailuresOfRun", s.FailuresOfRun(run), s.Failures(other, env), same},
+					{"EpisodesAll", s.EpisodesAll(), s.Episodes(other, env), true},
+					{"StepsAll", s.StepsAll(), s.Steps(other, env), true},
+					{"TrajectoriesAll", s.TrajectoriesAll(), s.Trajectories(other, env), true},
+					{"GroupsAll", s.GroupsAll(), s.Groups(other, env), true},
+					{"FailuresAll", s.FailuresAll(), s.Failures(other, env), true},
+					{"TrajectoriesOfRun vs groups", s.TrajectoriesOfRun(run), s.Groups(other, env), false},
+				} {
+					if run == AnyRun && c.name == "EpisodesFilter" {
+						continue // AnyRun is the wildcard here, checked on its own line
+					}
+					if got := subjectMatches(c.filter, c.subject); got != c.want {
+						t.Errorf("%s: %q matches %q: %v, want %v (run %q, other %q)", c.name, c.filter, c.subject, got, c.want, run, other)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestParseSteps(t *testing.T) {
+	for _, s := range []Subjects{NewSubjects(""), NewSubjects("team-1.rf_x")} {
+		for _, run := range []string{"", "run-1", "a.b", "*", "%", "run 1/é"} {
+			for _, ep := range []string{"", "ep-0001", "math.gsm8k/17 #2", ">", "%2E"} {
+				gotRun, gotEp, err := s.ParseSteps(s.Steps(run, ep))
+				if err != nil || gotRun != run || gotEp != ep {
+					t.Errorf("ParseSteps(Steps(%q, %q)) = %q, %q, %v", run, ep, gotRun, gotEp, err)
+				}
+			}
+		}
+	}
+	s := NewSubjects("")
+	for _, bad := range []string{
+		"", "rf.steps", "rf.steps.", "rf.steps.ep", "rf.steps..ep", "rf.steps.run.", "rf.steps.r.a.b",
+		"rf.steps.r.a b", "rf.steps.r%.ep", "rf.steps.r.%2e", "rf.episodes.r.ep", "rg.steps.r.ep",
+		"x.rf.steps.r.ep", "rf.stepsx.r.ep", "team-1.rf_x.steps.r.ep",
+	} {
+		if run, ep, err := s.ParseSteps(bad); err == nil {
+			t.Errorf("ParseSteps(%q) = %q, %q: want an error", bad, run, ep)
+		}
+	}
+	if _, _, err := NewSubjects("a.b").ParseSteps("rf.steps.r.e"); err == nil {
+		t.Error("ParseSteps accepted another prefix's subject")
+	}
+}
+
+func TestParseStepsProperties(t *testing.T) {
+	s := NewSubjects("")
+	roundTrips := func(run, ep string) bool {
+		subject := s.Steps(run, ep)
+		gotRun, gotEp, err := s.ParseSteps(subject)
+		return err == nil && gotRun == run && gotEp == ep && strings.Count(subject, ".") == 3
+	}
+	if err := quick.Check(roundTrips, &quick.Config{MaxCount: 20000}); err != nil {
+		t.Error(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	seen := map[string][2]string{}
+	for range 50000 {
+		run, ep := randomID(r), randomID(r)
+		if !roundTrips(run, ep) {
+			t.Fatalf("Steps(%q, %q) = %q does not round-trip", run, ep, s.Steps(run, ep))
+		}
+		subject := s.Steps(run, ep)
+		if prev, ok := seen[subject]; ok && prev != [2]string{run, ep} {
+			t.Fatalf("%q and %q share subject %q", prev, [2]string{run, ep}, subject)
+		}
+		seen[subject] = [2]string{run, ep}
+	}
+}
+
+// validName reports whether name is usable as a JetStream consumer name and a file name: non-empty
+// printable ASCII without '.', '*', '>', path separators or whitespace.
+func validName(name string) bool {
+	return validToken(name) && !strings.ContainsAny(name, `/\`)
+}
+
+func TestNameToken(t *testing.T) {
+	for in, want := range map[string]string{
+		"run-1":                  "run-1",
+		"chaos-00000000deadbeef": "chaos-00000000deadbeef",
+		"gateway":                "gateway",
+		"A_b:c@d!":               "A_b:c@d!",
+		strings.Repeat("x", 32):  strings.Repeat("x", 32),
+	} {
+		if got := NameToken(in); got != want {
+			t.Errorf("NameToken(%q) = %q, want %q", in, got, want)
+		}
+	}
+	hashed := []string{"", "a.b", "a b", "a*", "a>", "a/b", `a\b`, "a%b", "é", "\x00", strings.Repeat("x", 33)}
+	seen := map[string]string{}
+	for _, in := range hashed {
+		got := NameToken(in)
+		if len(got) != 16 || strings.Trim(got, "0123456789abcdef") != "" {
+			t.Errorf("NameToken(%q) = %q, want a 16-digit hex hash", in, got)
+		}
+		if NameToken(in) != got {
+			t.Errorf("NameToken(%q) is not deterministic", in)
+		}
+		if prev, ok := seen[got]; ok {
+			t.Errorf("NameToken(%q) = NameToken(%q) = %q", in, prev, got)
+		}
+		seen[got] = in
+	}
+	valid := func(s string) bool { return validName(NameToken(s)) }
+	if err := quick.Check(valid, &quick.Config{MaxCount: 20000}); err != nil {
+		t.Error(err)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 20000 {
+		if id := randomID(r); !valid(id) {
+			t.Fatalf("NameToken(%q) = %q is not a valid name", id, NameToken(id))
+		}
 	}
 }
 

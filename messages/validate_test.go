@@ -29,6 +29,8 @@ func TestValidateAcceptsSamples(t *testing.T) {
 		"EpisodeRequest/minimal":   &EpisodeRequest{V: Version, EpisodeID: "e", GroupID: "g", GroupSize: 1, Env: "x", MaxLength: 1},
 		"EpisodeRequest/options":   with(sampleEpisode, func(r *EpisodeRequest) { r.EnvOptions = []byte(" \n{}") }),
 		"EpisodeRequest/max id":    with(sampleEpisode, func(r *EpisodeRequest) { r.EpisodeID = longID[1:] }),
+		"EpisodeRequest/max run":   with(sampleEpisode, func(r *EpisodeRequest) { r.RunID = longID[1:] }),
+		"EpisodeRequest/no run":    with(sampleEpisode, func(r *EpisodeRequest) { r.RunID = "" }),
 		"SamplingParams/edges":     &SamplingParams{Temperature: 0, TopP: 1, TopK: -1},
 		"SamplingParams/zero":      &SamplingParams{},
 		"GenerateRequest":          sampleGenerateRequest(),
@@ -72,6 +74,7 @@ func TestValidateRejects(t *testing.T) {
 		// EpisodeRequest
 		{"EpisodeRequest.v", with(sampleEpisode, func(r *EpisodeRequest) { r.V = 0 })},
 		{"EpisodeRequest.v", with(sampleEpisode, func(r *EpisodeRequest) { r.V = Version + 1 })},
+		{"EpisodeRequest.run_id", with(sampleEpisode, func(r *EpisodeRequest) { r.RunID = longID })},
 		{"EpisodeRequest.episode_id", with(sampleEpisode, func(r *EpisodeRequest) { r.EpisodeID = "" })},
 		{"EpisodeRequest.episode_id", with(sampleEpisode, func(r *EpisodeRequest) { r.EpisodeID = longID })},
 		{"EpisodeRequest.group_id", with(sampleEpisode, func(r *EpisodeRequest) { r.GroupID = "" })},

@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,6 +111,12 @@ func TestFullGroupsStreamHoldsTheGroup(t *testing.T) {
 		}
 		return nil
 	})
+	bustest.CheckFor(t, waitTimeout, 10*time.Millisecond, func() error {
+		if st := c.Stats(); !slices.Equal(st.FullStreams, []string{"group"}) {
+			return fmt.Errorf("stats %+v: the groups stream not reported full", st)
+		}
+		return nil
+	})
 	if st := c.Stats(); st.GroupsKept != 1 {
 		t.Fatalf("stats %+v: the second group was not held back", st)
 	}
@@ -117,7 +124,7 @@ func TestFullGroupsStreamHoldsTheGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	bustest.CheckFor(t, waitTimeout, 10*time.Millisecond, func() error {
-		if st := c.Stats(); st.GroupsKept != 2 {
+		if st := c.Stats(); st.GroupsKept != 2 || len(st.FullStreams) != 0 {
 			return fmt.Errorf("stats %+v", st)
 		}
 		return nil

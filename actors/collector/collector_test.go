@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 // trajectory it must become.
 func threeTurns() ([]*messages.StepEvent, *messages.Trajectory) {
 	req := request("ep-1", "grp-1", 0, 1)
+	req.RunID = "run-3"
 	id := req.EpisodeID
 	steps := []*messages.StepEvent{
 		{
@@ -44,7 +46,7 @@ func threeTurns() ([]*messages.StepEvent, *messages.Trajectory) {
 		},
 	}
 	want := &messages.Trajectory{
-		V: messages.Version, EpisodeID: id, GroupID: "grp-1", SampleIndex: 0, GroupSize: 1,
+		V: messages.Version, RunID: req.RunID, EpisodeID: id, GroupID: "grp-1", SampleIndex: 0, GroupSize: 1,
 		Env: req.Env, EnvSeed: req.EnvSeed, Prompt: req.Prompt, Label: req.Label,
 		//                          prompt   | turn 0 action, feedback | turn 1 | turn 2 action, feedback
 		ObservationTokens: messages.Tokens{1, 2, 3, 10, 11, 20, 21, 22, 12, 23, 13, 14, 258, 24, 25},
@@ -57,6 +59,9 @@ func threeTurns() ([]*messages.StepEvent, *messages.Trajectory) {
 		ObsStyle: messages.ObsChat, Success: true, Info: map[string]string{"note": "won"},
 	}
 	steps[2].Success, steps[2].Info = true, map[string]string{"note": "won"}
+	for _, ev := range steps {
+		ev.RunID = req.RunID // as the env worker sets it on every step
+	}
 	return steps, want
 }
 
@@ -310,13 +315,17 @@ func TestMalformedStep(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, bus.ServerOptions{})
 			c := f.start(t, Options{})
-			subject := f.subj.Steps("ep-x")
+			subject := f.subj.Steps("run-x", "ep-x")
 			f.publishRaw(t, subject, tc.data)
 			f.settled(t, "collector")
 			fail := f.outputs(t).onlyFailure(t)
-			if fail.Kind != messages.FailureMalformed || fail.Subject != subject ||
+			if fail.Kind != messages.FailureMalformed || fail.Subject != subject || fail.RunID != "run-x" ||
 				!strings.Contains(fail.Reason, tc.reason) || !bytes.Equal(fail.Payload, tc.payload) {
 				t.Errorf("failure %+v", fail)
+			}
+			// Filed under the run its subject names.
+			if n := len(bustest.StoredMessages(t, f.js, f.subj.StreamFailures(), f.subj.Failures("run-x", messages.FailureMalformed))); n != 1 {
+				t.Errorf("%d records on the run's malformed subject, want 1", n)
 			}
 			if st := c.Stats(); st.Malformed != 1 {
 				t.Errorf("stats %+v", st)
@@ -371,7 +380,7 @@ func TestMalformedStepDecidesEpisode(t *testing.T) {
 				switch {
 				case i == tc.bad:
 					payload = unreadable(t, steps[min(i, 2)])
-					f.publishRaw(t, f.subj.Steps(want.EpisodeID), payload)
+					f.publishRaw(t, f.subj.Steps(want.RunID, want.EpisodeID), payload)
 				case i < 3:
 					f.publish(t, steps[i])
 				}
@@ -470,7 +479,7 @@ func TestGroups(t *testing.T) {
 			}
 			st := c.Stats()
 			gst := Stats{Groups: st.Groups, GroupsKept: st.GroupsKept, GroupsFiltered: st.GroupsFiltered, GroupsIncomplete: st.GroupsIncomplete}
-			if gst != tc.want {
+			if !reflect.DeepEqual(gst, tc.want) {
 				t.Errorf("group stats %+v, want %+v", gst, tc.want)
 			}
 			if want := tc.want.PassRate(); st.PassRate() != want {
@@ -527,7 +536,7 @@ func TestRetriesFailedPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.publishRaw(t, f.subj.Trajectories(filler.Env), data)
+	f.publishRaw(t, f.subj.Trajectories(filler.RunID, filler.Env), data)
 
 	c := f.start(t, Options{})
 	steps, want := threeTurns()
@@ -547,7 +556,7 @@ func TestRetriesFailedPublish(t *testing.T) {
 		}
 		return nil
 	})
-	if st := c.Stats(); st.Trajectories != 0 || st.InFlight != 1 {
+	if st := c.Stats(); st.Trajectories != 0 || st.InFlight != 1 || !slices.Equal(st.FullStreams, []string{"trajectory"}) {
 		t.Fatalf("stats %+v while the stream refuses publishes", st)
 	}
 	if _, err := f.js.UpdateStream(ctx, cfg); err != nil {
@@ -565,7 +574,7 @@ func TestRetriesFailedPublish(t *testing.T) {
 		t.Fatalf("got %d trajectories of the episode and failures %s", len(got), describe(out.failures))
 	}
 	checkTrajectory(t, got[0], want)
-	if st := c.Stats(); st.Trajectories != 1 || st.InFlight != 0 {
+	if st := c.Stats(); st.Trajectories != 1 || st.InFlight != 0 || len(st.FullStreams) != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -660,7 +669,7 @@ func TestRestartAfterMalformedStep(t *testing.T) {
 	first := f.start(t, Options{})
 	steps, want := threeTurns()
 	f.publish(t, steps[0])
-	f.publishRaw(t, f.subj.Steps(want.EpisodeID), unreadable(t, steps[1]))
+	f.publishRaw(t, f.subj.Steps(want.RunID, want.EpisodeID), unreadable(t, steps[1]))
 	f.settled(t, "collector")
 	first.stop()
 

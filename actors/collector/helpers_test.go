@@ -48,7 +48,9 @@ type running struct {
 // stop is called.
 func (f *fixture) start(t testing.TB, opts Options) *running {
 	t.Helper()
-	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	if opts.PinnedTTL == 0 {
 		// Restart tests wait this long for the stopped collector's pin to lapse.
 		opts.PinnedTTL = time.Second
@@ -85,7 +87,7 @@ func (f *fixture) publish(t *testing.T, evs ...*messages.StepEvent) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.publishRaw(t, f.subj.Steps(ev.EpisodeID), data)
+		f.publishRaw(t, f.subj.Steps(ev.RunID, ev.EpisodeID), data)
 	}
 }
 
@@ -130,35 +132,18 @@ func (f *fixture) isSettled(durable string) error {
 }
 
 // readAll returns every message currently stored in stream, decoded and
-// validated as T.
+// validated as T. It reads them without a consumer, so the work-queue
+// output streams keep them.
 func readAll[T any, P interface {
 	*T
 	Validate() error
 }](t *testing.T, f *fixture, stream string) []*T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	st, err := f.js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := st.CachedInfo().State.Msgs
-	if n == 0 {
-		return nil
-	}
-	cons, err := f.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]*T, 0, n)
-	for range n {
-		m, err := cons.Next(jetstream.FetchContext(ctx))
+	var out []*T
+	for _, m := range bustest.StoredMessages(t, f.js, stream, "") {
+		v, err := messages.Decode[T, P](m.Data)
 		if err != nil {
-			t.Fatalf("reading %s: %v", stream, err)
-		}
-		v, err := messages.Decode[T, P](m.Data())
-		if err != nil {
-			t.Fatalf("%s holds an invalid message on %s: %v", stream, m.Subject(), err)
+			t.Fatalf("%s holds an invalid message on %s: %v", stream, m.Subject, err)
 		}
 		out = append(out, v)
 	}
@@ -227,7 +212,7 @@ func request(id, group string, index, size int32) *messages.EpisodeRequest {
 // oneTurn is a complete single-turn episode with the given score.
 func oneTurn(req *messages.EpisodeRequest, score float64) *messages.StepEvent {
 	return &messages.StepEvent{
-		V: messages.Version, EpisodeID: req.EpisodeID, Episode: req, PromptTokens: messages.Tokens{1, 2},
+		V: messages.Version, RunID: req.RunID, EpisodeID: req.EpisodeID, Episode: req, PromptTokens: messages.Tokens{1, 2},
 		ActionTokens: messages.Tokens{3}, ActionLogprobs: messages.Logprobs{-0.5}, FeedbackTokens: messages.Tokens{4},
 		Reward: score, Score: score, Done: true, FinishReason: "stop",
 	}
@@ -236,5 +221,5 @@ func oneTurn(req *messages.EpisodeRequest, score float64) *messages.StepEvent {
 // errorStep is the terminal step an env worker publishes for an episode
 // that cannot complete.
 func errorStep(req *messages.EpisodeRequest, turn int32, reason string) *messages.StepEvent {
-	return &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: turn, Episode: req, Done: true, Error: reason}
+	return &messages.StepEvent{V: messages.Version, RunID: req.RunID, EpisodeID: req.EpisodeID, Turn: turn, Episode: req, Done: true, Error: reason}
 }

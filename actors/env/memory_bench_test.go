@@ -107,8 +107,9 @@ func measureInFlight(b *testing.B, n int) (total, tokenBytes int64) {
 	before := liveBytes()
 
 	for i := range n {
-		data, _ := messages.Marshal(episodeRequest(fmt.Sprintf("mem-%d", i), nil))
-		if _, err := tjs.PublishAsync(subj.Episodes("game:GuessTheNumber-v0-hard"), data); err != nil {
+		req := episodeRequest(fmt.Sprintf("mem-%d", i), nil)
+		data, _ := messages.Marshal(req)
+		if _, err := tjs.PublishAsync(subj.Episodes(req.RunID, req.Env), data); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -182,7 +182,7 @@ func submitEpisodes(t *testing.T, js jetstream.JetStream, n int, style string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := bus.Publish(context.Background(), js, subj.Episodes(req.Env), data, ""); err != nil {
+		if err := bus.Publish(context.Background(), js, subj.Episodes(req.RunID, req.Env), data, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,24 +210,35 @@ func checkOutcomes(t *testing.T, js jetstream.JetStream, subj messages.Subjects,
 	t.Helper()
 	ctx := context.Background()
 
+	// Read as stored, not consumed: the trajectories stream is a work
+	// queue, and the tests count what it holds afterwards.
 	trajs := map[string]*messages.Trajectory{}
-	cons, err := js.OrderedConsumer(ctx, subj.StreamTrajectories(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(trajs) < n {
-		m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+	bustest.CheckFor(t, 2*time.Minute, 10*time.Millisecond, func() error {
+		msgs, err := bustest.ReadStored(ctx, js, subj.StreamTrajectories(), "")
 		if err != nil {
-			t.Fatalf("waiting for trajectories (%d so far): %v; collector %+v", len(trajs), err, coll.Stats())
+			return err
 		}
-		tr, err := messages.Decode[messages.Trajectory](m.Data())
-		if err != nil {
-			t.Fatal(err)
+		clear(trajs)
+		for _, m := range msgs {
+			tr, err := messages.Decode[messages.Trajectory](m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if trajs[tr.EpisodeID] != nil {
+				t.Fatalf("%s: two trajectories", tr.EpisodeID)
+			}
+			if m.Subject != subj.Trajectories(tr.RunID, tr.Env) {
+				t.Fatalf("%s: trajectory of run %q on %s", tr.EpisodeID, tr.RunID, m.Subject)
+			}
+			trajs[tr.EpisodeID] = tr
 		}
-		if trajs[tr.EpisodeID] != nil {
-			t.Fatalf("%s: two trajectories", tr.EpisodeID)
+		if len(trajs) < n {
+			return fmt.Errorf("waiting for trajectories (%d of %d so far); collector %+v", len(trajs), n, coll.Stats())
 		}
-		trajs[tr.EpisodeID] = tr
+		return nil
+	})
+	if len(trajs) != n {
+		t.Fatalf("%d trajectories, want %d", len(trajs), n)
 	}
 	if st := coll.Stats(); st.Failures != 0 {
 		t.Fatalf("collector recorded failures: %+v", st)
@@ -298,7 +309,7 @@ func replay(t *testing.T, tr *messages.Trajectory) {
 func TestLoadPriorRun(t *testing.T) {
 	step := func(id string, attempt, turn int32, done bool) *messages.StepEvent {
 		ev := &messages.StepEvent{
-			V: messages.Version, EpisodeID: id, Attempt: attempt, Turn: turn, Done: done,
+			V: messages.Version, RunID: "run-e", EpisodeID: id, Attempt: attempt, Turn: turn, Done: done,
 			ActionTokens: messages.Tokens{1}, ActionLogprobs: messages.Logprobs{-1},
 		}
 		if turn == 0 {
@@ -345,6 +356,11 @@ func TestLoadPriorRun(t *testing.T) {
 			other.Request = 99
 			return []*messages.StepEvent{other}
 		}, 0, false, true},
+		{"another run's steps of the same episode id are not read", func(id string) []*messages.StepEvent {
+			a, b := step(id, 1, 0, false), step(id, 1, 1, true)
+			a.RunID, b.RunID = "run-x", "run-x"
+			return []*messages.StepEvent{a, b}
+		}, 0, false, true},
 		{"the collector's decision decides", nil, 0, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -362,11 +378,11 @@ func TestLoadPriorRun(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := bus.Publish(context.Background(), f.js, f.subj.Steps(id), data, ""); err != nil {
+				if err := bus.Publish(context.Background(), f.js, f.subj.Steps(ev.RunID, id), data, ""); err != nil {
 					t.Fatal(err)
 				}
 			}
-			run, err := f.worker.loadPriorRun(context.Background(), id, 0)
+			run, err := f.worker.loadPriorRun(context.Background(), "run-e", id, 0)
 			switch {
 			case err != nil:
 				t.Fatal(err)
@@ -450,18 +466,22 @@ func purgeSteps(t *testing.T, js jetstream.JetStream) {
 	}
 }
 
-// nextFailure waits for the next failure record.
+// nextFailure waits for a failure record and returns the first stored.
 func nextFailure(t *testing.T, js jetstream.JetStream, coll *collector.Collector) *messages.Failure {
 	t.Helper()
-	cons, err := js.OrderedConsumer(context.Background(), messages.NewSubjects("").StreamFailures(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
-	if err != nil {
-		t.Fatalf("no failure record: %v (collector %+v)", err, coll.Stats())
-	}
-	f, err := messages.Decode[messages.Failure](m.Data())
+	var first *jetstream.RawStreamMsg
+	bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		msgs, err := bustest.ReadStored(context.Background(), js, messages.NewSubjects("").StreamFailures(), "")
+		if err != nil {
+			return err
+		}
+		if len(msgs) == 0 {
+			return fmt.Errorf("no failure record (collector %+v)", coll.Stats())
+		}
+		first = msgs[0]
+		return nil
+	})
+	f, err := messages.Decode[messages.Failure](first.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +509,7 @@ func TestResubmittedEpisode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := bus.Publish(context.Background(), js, subj.Episodes(req.Env), data, ""); err != nil {
+			if err := bus.Publish(context.Background(), js, subj.Episodes(req.RunID, req.Env), data, ""); err != nil {
 				t.Fatal(err)
 			}
 		}

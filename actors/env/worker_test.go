@@ -3,7 +3,9 @@ package env
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,11 +77,11 @@ func (f *fixture) run(t *testing.T, req *messages.EpisodeRequest) []*messages.St
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.Publish(ctx, f.js, f.subj.Episodes(req.Env), data, ""); err != nil {
+	if err := bus.Publish(ctx, f.js, f.subj.Episodes(req.RunID, req.Env), data, ""); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := f.js.OrderedConsumer(ctx, f.subj.StreamSteps(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{f.subj.Steps(req.EpisodeID)},
+		FilterSubjects: []string{f.subj.Steps(req.RunID, req.EpisodeID)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +96,9 @@ func (f *fixture) run(t *testing.T, req *messages.EpisodeRequest) []*messages.St
 		if err != nil {
 			t.Fatal(err)
 		}
+		if ev.RunID != req.RunID {
+			t.Fatalf("episode %s: turn %d carries run %q, want the request's %q", req.EpisodeID, ev.Turn, ev.RunID, req.RunID)
+		}
 		evs = append(evs, ev)
 		if ev.Done {
 			return evs
@@ -104,7 +109,7 @@ func (f *fixture) run(t *testing.T, req *messages.EpisodeRequest) []*messages.St
 func episodeRequest(id string, mut func(*messages.EpisodeRequest)) *messages.EpisodeRequest {
 	seed, envSeed := int64(5), uint64(9)
 	r := &messages.EpisodeRequest{
-		V: messages.Version, EpisodeID: id, GroupID: id, GroupSize: 1,
+		V: messages.Version, RunID: "run-e", EpisodeID: id, GroupID: id, GroupSize: 1,
 		Env: "game:GuessTheNumber-v0-hard", EnvSeed: &envSeed,
 		Sampling:  messages.SamplingParams{Temperature: 1, MaxTokens: 64, Seed: &seed},
 		MaxLength: 4096,
@@ -239,7 +244,7 @@ func TestSlowTurnsAreNotRedelivered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := bus.Publish(context.Background(), f.js, f.subj.Episodes(req.Env), data, ""); err != nil {
+		if err := bus.Publish(context.Background(), f.js, f.subj.Episodes(req.RunID, req.Env), data, ""); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, req.EpisodeID)
@@ -254,7 +259,7 @@ func TestSlowTurnsAreNotRedelivered(t *testing.T) {
 		t.Fatalf("want %d episodes started once each and none failed, got %+v", episodes, st)
 	}
 	for _, id := range ids {
-		for _, ev := range f.steps(t, id) {
+		for _, ev := range f.steps(t, "run-e", id) {
 			if ev.Attempt != 1 {
 				t.Fatalf("%s turn %d ran as attempt %d", id, ev.Turn, ev.Attempt)
 			}
@@ -262,13 +267,13 @@ func TestSlowTurnsAreNotRedelivered(t *testing.T) {
 	}
 }
 
-// steps returns every stored step event of an episode.
-func (f *fixture) steps(t *testing.T, id string) []*messages.StepEvent {
+// steps returns every stored step event of an episode of run.
+func (f *fixture) steps(t *testing.T, run, id string) []*messages.StepEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := f.js.OrderedConsumer(ctx, f.subj.StreamSteps(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{f.subj.Steps(id)},
+		FilterSubjects: []string{f.subj.Steps(run, id)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -310,11 +315,12 @@ func TestHostedEnvs(t *testing.T) {
 	f := newFixtureWith(t, toyllm.Options{}, Options{Concurrency: 4, Envs: []string{easy}})
 	// The unhosted episode is queued first: had the worker been able to
 	// take it, it would have before finishing the hosted one.
-	data, err := messages.Marshal(episodeRequest("not-hosted", nil)) // -hard
+	notHosted := episodeRequest("not-hosted", nil) // -hard
+	data, err := messages.Marshal(notHosted)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.Publish(context.Background(), f.js, f.subj.Episodes(hard), data, ""); err != nil {
+	if err := bus.Publish(context.Background(), f.js, f.subj.Episodes(notHosted.RunID, hard), data, ""); err != nil {
 		t.Fatal(err)
 	}
 	f.run(t, episodeRequest("hosted", func(r *messages.EpisodeRequest) { r.Env = easy }))
@@ -322,11 +328,94 @@ func TestHostedEnvs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(f.subj.Episodes(hard)))
+	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(f.subj.Episodes(notHosted.RunID, hard)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := info.State.Subjects[f.subj.Episodes(hard)]; n != 1 || f.worker.Stats().Started != 1 {
+	if n := info.State.Subjects[f.subj.Episodes(notHosted.RunID, hard)]; n != 1 || f.worker.Stats().Started != 1 {
 		t.Fatalf("want the hard episode queued and only the easy one started: %d queued, %+v", n, f.worker.Stats())
+	}
+}
+
+// TestRunWorker: a worker of one run plays only that run's episodes, from a
+// consumer of its own, so a worker of another run can serve beside it on
+// the same work queue; each leaves the other run's episodes queued.
+func TestRunWorker(t *testing.T) {
+	const env = "game:GuessTheNumber-v0-hard"
+	cfg := ConsumerConfig(Options{Run: "run-a"})
+	if cfg.Durable != "envworker-run-run-a" || cfg.FilterSubject != "rf.episodes.run-a.>" || cfg.InactiveThreshold <= 0 {
+		t.Fatalf("consumer of a run: %+v", cfg)
+	}
+	both := ConsumerConfig(Options{Run: "run-a", Envs: []string{env}})
+	if both.Durable == cfg.Durable || len(both.FilterSubjects) != 1 || both.FilterSubjects[0] != "rf.episodes.run-a."+env {
+		t.Fatalf("consumer of a run's envs: %+v", both)
+	}
+	if other := ConsumerConfig(Options{Run: "run-b", Envs: []string{env}}); other.Durable == both.Durable {
+		t.Fatalf("two runs share consumer %s", other.Durable)
+	}
+	if all := ConsumerConfig(Options{Envs: []string{env}}); all.FilterSubjects[0] != "rf.episodes.*."+env || all.InactiveThreshold != 0 {
+		t.Fatalf("consumer of every run's envs: %+v", all)
+	}
+	// A run id that is no valid name still gives one.
+	if odd := ConsumerConfig(Options{Run: "run a.b/c"}); odd.Durable == "" || strings.ContainsAny(odd.Durable, " ./*>") {
+		t.Fatalf("consumer of run %q named %q", "run a.b/c", odd.Durable)
+	}
+
+	f := newFixtureWith(t, toyllm.Options{}, Options{Concurrency: 4, Run: "run-a"})
+	ctx := context.Background()
+	// Run b's episode is queued first: had the worker been able to take it,
+	// it would have before finishing run a's.
+	other := episodeRequest("of-run-b", func(r *messages.EpisodeRequest) { r.RunID = "run-b" })
+	data, err := messages.Marshal(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(ctx, f.js, f.subj.Episodes(other.RunID, other.Env), data, ""); err != nil {
+		t.Fatal(err)
+	}
+	evs := f.run(t, episodeRequest("of-run-a", func(r *messages.EpisodeRequest) { r.RunID = "run-a" }))
+	if last := evs[len(evs)-1]; last.Error != "" {
+		t.Fatalf("run a's episode failed: %s", last.Error)
+	}
+	queued := func(run string) (uint64, error) {
+		stream, err := f.js.Stream(ctx, f.subj.StreamEpisodes())
+		if err != nil {
+			return 0, err
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(f.subj.EpisodesOfRun(run)))
+		if err != nil {
+			return 0, err
+		}
+		return info.State.Msgs, nil
+	}
+	if n, err := queued("run-b"); err != nil || n != 1 || f.worker.Stats().Started != 1 {
+		t.Fatalf("want run b's episode queued and only run a's started: %d queued (%v), %+v", n, err, f.worker.Stats())
+	}
+	// A worker of run b, beside it, takes run b's episode and no other.
+	js := f.js
+	b, err := New(js.Conn(), js, Options{Concurrency: 4, Run: "run-b", Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(bctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if st := b.Stats(); st.Finished != 1 {
+			return fmt.Errorf("run b's worker: %+v", st)
+		}
+		if n, err := queued("run-b"); err != nil || n != 0 {
+			return fmt.Errorf("run b's episodes queued: %d (%v)", n, err)
+		}
+		return nil
+	})
+	if st := f.worker.Stats(); st.Started != 1 {
+		t.Errorf("run a's worker started %d episodes, want 1", st.Started)
+	}
+	for _, ev := range f.steps(t, "run-b", "of-run-b") {
+		if ev.RunID != "run-b" {
+			t.Errorf("run b's step %d carries run %q", ev.Turn, ev.RunID)
+		}
 	}
 }

@@ -1,12 +1,15 @@
 // Package bustest provides helpers for tests that run actors on the bus: an
 // embedded NATS server with JetStream and in-process connections to it, all
 // cleaned up when the test ends, a server started from a configuration file
-// (with the example configuration's passwords), a recorder of log lines, and
-// a polling check for conditions that become true asynchronously.
+// (with the example configuration's passwords), a recorder of log lines, a
+// reader of the messages a stream holds that leaves them in place (see
+// StoredMessages), and a polling check for conditions that become true
+// asynchronously.
 package bustest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -130,4 +133,45 @@ func (l *LogRecorder) Lines() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.lines...)
+}
+
+// StoredMessages returns the messages stream holds on subjects matching
+// filter (every subject when filter is empty), in stream order. It reads
+// them by sequence, with no consumer: on a work-queue stream, where a
+// consumer must acknowledge what it reads and so removes it, it leaves
+// every message in place, and it works on streams of any retention.
+func StoredMessages(t testing.TB, js jetstream.JetStream, stream, filter string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	msgs, err := ReadStored(context.Background(), js, stream, filter)
+	if err != nil {
+		t.Fatalf("reading %s: %v", stream, err)
+	}
+	return msgs
+}
+
+// ReadStored is StoredMessages returning its error, for use inside CheckFor
+// and off the test's goroutine.
+func ReadStored(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	if filter == "" {
+		filter = ">"
+	}
+	var msgs []*jetstream.RawStreamMsg
+	for seq := uint64(1); ; {
+		// The first stored message at or after seq on filter's subjects.
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return msgs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, m)
+		seq = m.Sequence + 1
+	}
 }

@@ -105,6 +105,9 @@ func TestConnectWrongPassword(t *testing.T) {
 
 // TestRolesRunTheFleet runs the three actors and a trainer, each as its own
 // user of the example configuration, after the admin created the streams.
+// The env worker serves one run, from a consumer of its own; the trainer
+// reads that run's outputs as a trainer does, through explicit-ack
+// consumers of its own, and acknowledges each record, which frees it.
 func TestRolesRunTheFleet(t *testing.T) {
 	s := bustest.RunListeningServer(t, bus.ServerOptions{ConfigFile: authConf, Port: -1, DataDir: t.TempDir()})
 	url := s.ClientURL()
@@ -153,7 +156,8 @@ func TestRolesRunTheFleet(t *testing.T) {
 	}
 	runs = append(runs, lw.Run)
 	nc, js, subj, log := connect("envworker")
-	ew, err := envactor.New(nc, js, envactor.Options{Concurrency: 8, Subjects: subj, Logger: log})
+	const run = "trainer-run"
+	ew, err := envactor.New(nc, js, envactor.Options{Concurrency: 8, Subjects: subj, Logger: log, Run: run})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,15 +175,32 @@ func TestRolesRunTheFleet(t *testing.T) {
 		})
 	}
 
-	// The trainer watches trajectories and failures, then submits.
+	// The trainer reads the run's trajectories, failures and groups, then
+	// submits.
 	_, tjs, subj, _ := connect("trainer")
-	var trajectories, failures atomic.Int64
-	for stream, n := range map[string]*atomic.Int64{subj.StreamTrajectories(): &trajectories, subj.StreamFailures(): &failures} {
-		cons, err := tjs.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	var trajectories, failures, groups atomic.Int64
+	for _, c := range []struct {
+		kind, stream, filter string
+		n                    *atomic.Int64
+	}{
+		{"trajectory", subj.StreamTrajectories(), subj.TrajectoriesOfRun(run), &trajectories},
+		{"failure", subj.StreamFailures(), subj.FailuresOfRun(run), &failures},
+		{"group", subj.StreamGroups(), subj.GroupsOfRun(run), &groups},
+	} {
+		cons, err := tjs.CreateOrUpdateConsumer(ctx, c.stream, jetstream.ConsumerConfig{
+			Durable: "run-" + messages.NameToken(run) + "-" + c.kind, FilterSubject: c.filter,
+			AckPolicy: jetstream.AckExplicitPolicy, InactiveThreshold: time.Hour,
+		})
 		if err != nil {
-			t.Fatalf("trainer: %s: %v", stream, err)
+			t.Fatalf("trainer: %s: %v", c.stream, err)
 		}
-		cc, err := cons.Consume(func(jetstream.Msg) { n.Add(1) })
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Errorf("trainer: ack on %s: %v", c.stream, err)
+				return
+			}
+			c.n.Add(1)
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +211,7 @@ func TestRolesRunTheFleet(t *testing.T) {
 		seed, envSeed := int64(i), uint64(i)
 		id := fmt.Sprintf("ep-%d", i)
 		data, err := messages.Marshal(&messages.EpisodeRequest{
-			V: messages.Version, EpisodeID: id, GroupID: id, GroupSize: 1,
+			V: messages.Version, RunID: run, EpisodeID: id, GroupID: id, GroupSize: 1,
 			Env: "game:GuessTheNumber-v0", EnvSeed: &envSeed,
 			Sampling:  messages.SamplingParams{Temperature: 1, MaxTokens: 64, Seed: &seed},
 			MaxLength: 4096,
@@ -198,7 +219,7 @@ func TestRolesRunTheFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := bus.Publish(ctx, tjs, subj.Episodes("game:GuessTheNumber-v0"), data, id); err != nil {
+		if err := bus.Publish(ctx, tjs, subj.Episodes(run, "game:GuessTheNumber-v0"), data, id); err != nil {
 			t.Fatalf("trainer: submit: %v", err)
 		}
 	}
@@ -210,6 +231,26 @@ func TestRolesRunTheFleet(t *testing.T) {
 	})
 	if n := trajectories.Load(); n != episodes {
 		t.Errorf("%d trajectories of %d episodes (%d failures)", n, episodes, failures.Load())
+	}
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n := groups.Load(); n != episodes {
+			return fmt.Errorf("%d groups of %d", n, episodes)
+		}
+		return nil
+	})
+	// Read and acknowledged, the records are gone from the work queues.
+	for _, stream := range []string{subj.StreamTrajectories(), subj.StreamFailures(), subj.StreamGroups()} {
+		st, err := tjs.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs != 0 {
+			t.Errorf("%s holds %d records after the trainer acknowledged them", stream, info.State.Msgs)
+		}
 	}
 	for role, l := range logs {
 		if r := refusals(l); len(r) > 0 {
