@@ -342,6 +342,11 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	return sum, err
 }
 
+// ErrEpisodesTaken means the run cannot start env workers of its own on a
+// server whose episodes standing env workers already take: the run must
+// be submitted to them (SubmitOnly).
+var ErrEpisodesTaken = errors.New("fleet: episodes taken by other env workers")
+
 // cleanup runs registered stop functions in reverse order.
 type cleanup struct{ fns []func() }
 
@@ -439,7 +444,18 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	ew, err := envactor.New(conns["envworker"], envJS, envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger})
+	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger}
+	// Made here, so that a server whose episodes standing env workers
+	// already take fails the run at start rather than its worker later.
+	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsWQNotUnique || apiErr.ErrorCode == jsWQMultipleUnfiltered) {
+		return nil, fmt.Errorf("%w: env workers of this server take every run's episodes (%v); run with --submit-only to let them play this one", ErrEpisodesTaken, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fleet: episodes consumer: %w", err)
+	}
+	ew, err := envactor.New(conns["envworker"], envJS, envOpts)
 	if err != nil {
 		return nil, err
 	}

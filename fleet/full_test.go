@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	envactor "github.com/rollfleet/rollfleet/actors/env"
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/messages"
@@ -144,5 +145,32 @@ func TestFullStreamWaitsForAReader(t *testing.T) {
 	// One line a minute from the collector, one from the run's watcher.
 	if lines == 0 || lines > 4 {
 		t.Errorf("%d log lines say the trajectory stream is full, want 1 to 4:\n%s", lines, strings.Join(rec.Lines(), "\n"))
+	}
+}
+
+// TestRunBesideStandingEnvWorkers: a run that would start env workers of
+// its own on a server whose episodes standing env workers take fails at
+// start, saying to submit to them instead, with nothing submitted.
+func TestRunBesideStandingEnvWorkers(t *testing.T) {
+	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: filepath.Join(t.TempDir(), "nats")})
+	js := bustest.JetStream(t, s, "test")
+	subj := messages.NewSubjects("")
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, subj.StreamEpisodes(), envactor.ConsumerConfig(envactor.Options{})); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Run(ctx, Options{Env: "game:GuessTheNumber-v0", Episodes: 4, NATS: s.ClientURL()})
+	if !errors.Is(err, ErrEpisodesTaken) || sum.Started {
+		t.Fatalf("run beside standing env workers: %v (started %v), want ErrEpisodesTaken before start", err, sum.Started)
+	}
+	st, err := js.Stream(ctx, subj.StreamEpisodes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 0 {
+		t.Fatalf("%d episodes submitted", n)
 	}
 }
