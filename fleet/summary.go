@@ -23,6 +23,10 @@ type Summary struct {
 	Successes    int
 	Truncated    int
 	Turns        int
+	// PromptTruncated counts trajectories with a prompt cut to fit the
+	// budget (messages.PromptOverflowTruncateLeft), as Truncated counts those
+	// cut short.
+	PromptTruncated int
 	// Tokens counts observation tokens of all trajectories; ActionTokens the
 	// generated ones among them.
 	Tokens, ActionTokens int
@@ -128,6 +132,9 @@ func (s Summary) String() string {
 		s.Tokens, s.ActionTokens, s.Turns, s.TurnsPerSecond(), s.Wall.Round(time.Millisecond))
 	if s.FilterOn {
 		fmt.Fprintf(&b, " groups_kept=%d groups_filtered=%d pass_rate=%.3f", s.GroupsKept, s.GroupsFiltered, s.PassRate())
+	}
+	if s.PromptTruncated > 0 {
+		fmt.Fprintf(&b, " prompt_truncated=%d", s.PromptTruncated)
 	}
 	if s.Duplicates > 0 {
 		fmt.Fprintf(&b, " duplicate_outcomes=%d", s.Duplicates)
@@ -280,6 +287,9 @@ func (s *Summary) addTrajectory(data []byte, ours, pending map[string]bool, out 
 	}
 	if t.Truncated {
 		s.Truncated++
+	}
+	if t.PromptTruncated > 0 {
+		s.PromptTruncated++
 	}
 	if t.Success {
 		s.Successes++

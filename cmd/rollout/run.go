@@ -25,6 +25,7 @@ type runCmd struct {
 	Concurrency       int           `default:"256" help:"Most episodes in flight."`
 	MaxLength         int           `default:"4096" help:"Whole-trajectory token budget."`
 	MaxTokens         int           `default:"256" help:"Per-turn generation cap (0 = the whole remaining budget)."`
+	PromptOverflow    string        `default:"fail" enum:"fail,truncate-left" help:"A prompt longer than --max-length minus --max-tokens: fail its episode (failure kind prompt_too_long) or truncate-left (cut the start of its content, never the chat template's role headers)."`
 	Temperature       float64       `default:"1" help:"Sampling temperature."`
 	TopP              float64       `default:"1" help:"Nucleus sampling."`
 	Seed              *uint64       `help:"Seed for a reproducible run (random if unset)."`
@@ -91,7 +92,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	}
 	opts := fleet.Options{
 		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle, ApplyChatTemplate: c.ApplyChatTemplate,
-		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
+		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens, PromptOverflow: c.PromptOverflow,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
 		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
 		Filter: filter, Remote: remote, Out: os.Stdout, Logger: cmdutil.Logger(c.LogLevel),
