@@ -52,6 +52,9 @@ type Options struct {
 	// ApplyChatTemplate wraps dataset prompts as the first user turn of the
 	// model's chat template.
 	ApplyChatTemplate bool
+	// PromptOverflow is what happens to a prompt longer than the budget
+	// (messages.PromptOverflowFail when empty, or PromptOverflowTruncateLeft).
+	PromptOverflow string
 	// NSamples is n samples per prompt (default 1).
 	NSamples int
 	// Concurrency is the env worker's episode limit (default 256).
@@ -611,7 +614,7 @@ func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 		GroupID: GroupID(p.runID, g), SampleIndex: int32(i), GroupSize: int32(n),
 		Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
 		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: int32(g % max(len(p.rows), 1)),
-		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now,
+		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now, PromptOverflow: opts.PromptOverflow,
 	}, nil
 }
 

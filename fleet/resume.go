@@ -259,6 +259,7 @@ type Manifest struct {
 	TopP              float64   `json:"top_p"`
 	Seed              uint64    `json:"seed"`
 	Filter            []float64 `json:"filter,omitempty"`
+	PromptOverflow    string    `json:"prompt_overflow,omitempty"`
 	FailuresOut       string    `json:"failures_out,omitempty"`
 	GroupsOut         string    `json:"groups_out,omitempty"`
 }

@@ -21,6 +21,10 @@ type Summary struct {
 	Successes    int
 	Truncated    int
 	Turns        int
+	// PromptTruncated counts trajectories with a prompt cut to fit the
+	// budget (messages.PromptOverflowTruncateLeft), as Truncated counts those
+	// cut short.
+	PromptTruncated int
 	// Tokens counts observation tokens of all trajectories; ActionTokens the
 	// generated ones among them.
 	Tokens, ActionTokens int
@@ -127,6 +131,9 @@ func (s Summary) String() string {
 	if s.FilterOn {
 		fmt.Fprintf(&b, " groups_kept=%d groups_filtered=%d pass_rate=%.3f", s.GroupsKept, s.GroupsFiltered, s.PassRate())
 	}
+	if s.PromptTruncated > 0 {
+		fmt.Fprintf(&b, " prompt_truncated=%d", s.PromptTruncated)
+	}
 	if s.Duplicates > 0 {
 		fmt.Fprintf(&b, " duplicate_outcomes=%d", s.Duplicates)
 	}
@@ -190,6 +197,9 @@ func (s *Summary) countTrajectory(t *messages.Trajectory) {
 	}
 	if t.Truncated {
 		s.Truncated++
+	}
+	if t.PromptTruncated > 0 {
+		s.PromptTruncated++
 	}
 	if t.Success {
 		s.Successes++

@@ -134,6 +134,9 @@ func (t Trajectory) MarshalJSON() ([]byte, error) {
 		w.raw("samples", func(b []byte) ([]byte, error) { return appendArray(b, "Samples", t.Samples, appendSample) })
 	}
 	w.field("success", t.Success)
+	if t.PromptTruncated > 0 {
+		w.field("prompt_truncated_tokens", t.PromptTruncated)
+	}
 	if len(t.Info) > 0 {
 		w.field("info", t.Info)
 	}
@@ -164,6 +167,9 @@ func appendSample(b []byte, s Sample) ([]byte, error) {
 	w.raw("rollout_log_probs", func(b []byte) ([]byte, error) { return appendArray(b, "Logprobs", s.RolloutLogProbs, appendFloat32) })
 	w.field("reward", s.Reward)
 	w.field("return", s.Return)
+	if s.PromptTruncated > 0 {
+		w.field("prompt_truncated_tokens", s.PromptTruncated)
+	}
 	if w.err != nil {
 		return nil, w.err
 	}

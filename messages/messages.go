@@ -24,6 +24,9 @@ const (
 	// FailureInvariant records an episode whose steps could not form a trajectory that keeps the
 	// trajectory invariants (see Trajectory.Validate).
 	FailureInvariant = "invariant"
+	// FailurePromptTooLong records an episode whose prompt left no room for generation within
+	// max_length, under PromptOverflowFail.
+	FailurePromptTooLong = "prompt_too_long"
 )
 
 // MaxIDLength bounds episode and group ids (and env ids), which become subject tokens and
@@ -106,7 +109,26 @@ type EpisodeRequest struct {
 	Messages []ChatMessage `msgpack:"ms,omitempty"`
 	// TaskIndex is the dataset row this episode came from (NeMo Gym's _ng_task_index).
 	TaskIndex int32 `msgpack:"ti,omitempty"`
+	// PromptOverflow is what happens to a prompt that leaves no room for generation:
+	// PromptOverflowFail (empty means it) or PromptOverflowTruncateLeft.
+	PromptOverflow string `msgpack:"po,omitempty"`
 }
+
+// Settings of EpisodeRequest.PromptOverflow. A prompt overflows when it leaves no room for one
+// turn's generation: more than max_length minus the per-turn max_tokens (or 1 when unset).
+const (
+	// PromptOverflowFail ends an episode whose prompt overflows as a failure of kind
+	// FailurePromptTooLong. In a single-turn style, a later turn's prompt outgrowing the budget
+	// ends the episode as a truncated trajectory instead, as running out of max_length does.
+	PromptOverflowFail = "fail"
+	// PromptOverflowTruncateLeft keeps the end of an overflowing prompt, as OpenRLHF does, but
+	// cuts only message content, never the chat template's role headers; the trajectory records
+	// how many tokens were cut.
+	PromptOverflowTruncateLeft = "truncate-left"
+)
+
+// PromptOverflows lists the settings of EpisodeRequest.PromptOverflow, the default first.
+var PromptOverflows = []string{PromptOverflowFail, PromptOverflowTruncateLeft}
 
 // Observation styles of EpisodeRequest.ObsStyle.
 const (
@@ -221,6 +243,9 @@ type StepEvent struct {
 	Info map[string]string `msgpack:"in,omitempty"`
 	// Success is the env's verdict that the episode was won (set on the final step).
 	Success bool `msgpack:"ok,omitempty"`
+	// PromptTruncated counts the tokens cut from the start of this step's prompt to fit it
+	// (PromptOverflowTruncateLeft); PromptTokens holds what was kept.
+	PromptTruncated int32 `msgpack:"ptc,omitempty"`
 	// Resumed counts how often the episode moved to another worker and went
 	// on from its last completed turn. A resumed attempt republishes the
 	// steps it continues under its own attempt number, so that each attempt
@@ -232,6 +257,9 @@ type StepEvent struct {
 	GenerateNanos int64  `msgpack:"gn,omitempty"`
 	StepNanos     int64  `msgpack:"sn,omitempty"`
 	Error         string `msgpack:"err,omitempty"` // the episode failed at this turn; the collector emits a Failure
+	// FailureKind is the kind of the Failure an Error step asks for: FailureEpisode (empty
+	// means it) or FailurePromptTooLong.
+	FailureKind string `msgpack:"fk,omitempty"`
 }
 
 // IsEndMarker reports whether e only marks the end of its episode: no action tokens, Done and no
@@ -282,6 +310,10 @@ type Trajectory struct {
 	// Resumed counts how often the episode moved to another env worker and
 	// continued from its last completed turn.
 	Resumed int32 `msgpack:"rs,omitempty" json:"resumed"`
+	// PromptTruncated counts the prompt tokens cut to fit the budget
+	// (PromptOverflowTruncateLeft): the first prompt's, or in a single-turn style the sum of the
+	// samples' counts. Zero means no prompt was cut.
+	PromptTruncated int32 `msgpack:"ptc,omitempty" json:"prompt_truncated_tokens,omitempty"`
 }
 
 // Sample is one turn of a trajectory played in a single-turn observation style: that turn's
@@ -296,6 +328,8 @@ type Sample struct {
 	// Return is the sum of this and every later step reward: the undiscounted return from
 	// this turn, what a single-turn trainer credits the action with.
 	Return float64 `msgpack:"rt" json:"return"`
+	// PromptTruncated counts the tokens cut from the start of this turn's prompt to fit it.
+	PromptTruncated int32 `msgpack:"ptc,omitempty" json:"prompt_truncated_tokens,omitempty"`
 }
 
 // Group is the n trajectories of one prompt, for group-baseline algorithms and dynamic filtering.

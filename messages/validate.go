@@ -182,7 +182,7 @@ func (p *SamplingParams) validate() *ValidationError {
 
 // Validate checks an episode request: V == Version; episode_id, group_id and env non-empty ids;
 // group_size ≥ 1 and 0 ≤ sample_index < group_size; env_options empty or a JSON object;
-// sampling valid; max_length > 0; max_turns ≥ 0.
+// sampling valid; max_length > 0; max_turns ≥ 0; obs_style and prompt_overflow empty or known.
 func (r *EpisodeRequest) Validate() error { return asError(r.validate().in("EpisodeRequest")) }
 
 func (r *EpisodeRequest) validate() *ValidationError {
@@ -200,7 +200,15 @@ func (r *EpisodeRequest) validate() *ValidationError {
 		checkObsStyle(r.ObsStyle),
 		checkMessages(r.Messages),
 		checkNonNegative("task_index", r.TaskIndex),
+		checkPromptOverflow(r.PromptOverflow),
 	)
+}
+
+func checkPromptOverflow(po string) *ValidationError {
+	if po != "" && !slices.Contains(PromptOverflows, po) {
+		return invalid("prompt_overflow", "%.64q is not one of %v", po, PromptOverflows)
+	}
+	return nil
 }
 
 func checkObsStyle(style string) *ValidationError {
@@ -314,10 +322,10 @@ func (r *TokenizeReply) validate() *ValidationError {
 	return first(checkVersion(r.V), checkReplyError(r.Error, r.Code))
 }
 
-// Validate checks a step event: V == Version; episode_id a non-empty id; turn ≥ 0. Unless the
-// event reports an Error: turn 0 carries a valid Episode with the same episode id and non-empty
+// Validate checks a step event: V == Version; episode_id a non-empty id; turn ≥ 0; failure_kind
+// empty, or an episode failure kind on an Error step. Unless the event reports an Error: turn 0 carries a valid Episode with the same episode id and non-empty
 // prompt_tokens; one logprob per action token; logprobs, reward, score and extra_logs finite; no
-// action tokens only in an end marker (Done).
+// action tokens only in an end marker (Done); prompt_truncated_tokens ≥ 0.
 func (e *StepEvent) Validate() error { return asError(e.validate().in("StepEvent")) }
 
 func (e *StepEvent) validate() *ValidationError {
@@ -325,6 +333,7 @@ func (e *StepEvent) validate() *ValidationError {
 		checkVersion(e.V),
 		checkID("episode_id", e.EpisodeID),
 		checkNonNegative("turn", e.Turn),
+		checkFailureKind(e.FailureKind, e.Error),
 	); err != nil || e.Error != "" {
 		return err
 	}
@@ -358,14 +367,30 @@ func (e *StepEvent) validate() *ValidationError {
 		checkFinite("reward", e.Reward),
 		checkFinite("score", e.Score),
 		checkFiniteLogs("extra_logs", e.ExtraLogs),
+		checkNonNegative("prompt_truncated_tokens", e.PromptTruncated),
 	)
+}
+
+// checkFailureKind checks a step's failure kind: only an error step has one, and only a kind
+// that an episode's run can end with (the others are the collector's to record).
+func checkFailureKind(kind, errText string) *ValidationError {
+	switch {
+	case kind == "":
+		return nil
+	case errText == "":
+		return invalid("failure_kind", "%.64q on a step without an error", kind)
+	case kind != FailureEpisode && kind != FailurePromptTooLong:
+		return invalid("failure_kind", "%.64q is not one of %v", kind, []string{FailureEpisode, FailurePromptTooLong})
+	}
+	return nil
 }
 
 // Validate checks a trajectory against the invariants that the record alone can show: V ==
 // Version; ids, env and the sample's place in its group as for EpisodeRequest; one rollout logprob
 // per observation token; action ranges sorted, non-overlapping, non-empty and inside the tokens;
 // logprobs exactly 0 outside the ranges and finite inside; one range and one step reward per turn;
-// reward equal to the step rewards summed left to right; reward, scores and extra_logs finite.
+// reward equal to the step rewards summed left to right; reward, scores and extra_logs finite;
+// prompt_truncated_tokens ≥ 0, in a single-turn style the sum of the samples' counts.
 func (t *Trajectory) Validate() error { return asError(t.validate().in("Trajectory")) }
 
 func (t *Trajectory) validate() *ValidationError {
@@ -381,6 +406,8 @@ func (t *Trajectory) validate() *ValidationError {
 	switch {
 	case t.Turns < 0:
 		return invalid("turns", "must be >= 0, got %d", t.Turns)
+	case t.PromptTruncated < 0:
+		return invalid("prompt_truncated_tokens", "must be >= 0, got %d", t.PromptTruncated)
 	}
 	if e := checkObsStyle(t.ObsStyle); e != nil {
 		return e
@@ -422,7 +449,7 @@ func (t *Trajectory) validate() *ValidationError {
 
 // checkSamples checks a single-turn style's samples: none of the top-level token fields; one
 // sample per turn, each with one action range and valid logprobs, rewarded with its step reward
-// and the return from it.
+// and the return from it; the trajectory's prompt_truncated_tokens the sum of the samples'.
 func (t *Trajectory) checkSamples() *ValidationError {
 	switch {
 	case len(t.ObservationTokens) > 0 || len(t.ActionRanges) > 0 || len(t.RolloutLogProbs) > 0:
@@ -433,11 +460,15 @@ func (t *Trajectory) checkSamples() *ValidationError {
 		return invalid("step_rewards", "%d step rewards for %d turns", len(t.StepRewards), t.Turns)
 	}
 	var ret float64
+	var cut int64
 	for i := len(t.Samples) - 1; i >= 0; i-- {
 		s := &t.Samples[i]
 		ret += t.StepRewards[i]
+		cut += int64(s.PromptTruncated)
 		field := fmt.Sprintf("samples[%d]", i)
 		switch {
+		case s.PromptTruncated < 0:
+			return invalid(field+".prompt_truncated_tokens", "must be >= 0, got %d", s.PromptTruncated)
 		case len(s.ActionRanges) != 1:
 			return invalid(field+".action_ranges", "%d ranges, want 1", len(s.ActionRanges))
 		case s.Reward != t.StepRewards[i]:
@@ -448,6 +479,9 @@ func (t *Trajectory) checkSamples() *ValidationError {
 		if e := checkActions(s.ObservationTokens, s.ActionRanges, s.RolloutLogProbs); e != nil {
 			return e.in(field)
 		}
+	}
+	if cut != int64(t.PromptTruncated) {
+		return invalid("prompt_truncated_tokens", "%d is not the sum of the samples' %d", t.PromptTruncated, cut)
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ type partial struct {
 	success     bool
 	info        map[string]string
 	resumed     int32
+	promptCut   int32 // prompt tokens cut to fit the budget
 
 	outcome *outcome
 }
@@ -89,17 +90,23 @@ func (p *partial) apply(ev *messages.StepEvent) {
 		p.req = ev.Episode
 	}
 	if ev.Error != "" {
-		p.outcome = &outcome{failure: p.failureAt(messages.FailureEpisode, ev.Error, ev.Turn, ev.EpisodeID)}
+		kind := ev.FailureKind
+		if kind == "" {
+			kind = messages.FailureEpisode
+		}
+		p.outcome = &outcome{failure: p.failureAt(kind, ev.Error, ev.Turn, ev.EpisodeID)}
 		return
 	}
 	single := p.req != nil && messages.SingleTurnStyle(p.req.ObsStyle)
 	if ev.Turn == 0 && !single {
 		p.tokens = append(p.tokens[:0], ev.PromptTokens...)
 		p.logprobs = append(p.logprobs[:0], make([]float32, len(ev.PromptTokens))...)
+		p.promptCut = ev.PromptTruncated
 	}
 	if !ev.IsEndMarker() {
 		if single {
 			p.samples = append(p.samples, newSample(ev))
+			p.promptCut += ev.PromptTruncated
 		} else {
 			start := int32(len(p.tokens))
 			p.tokens = append(p.tokens, ev.ActionTokens...)
@@ -162,6 +169,7 @@ func (p *partial) build(id string) *outcome {
 		PolicyVersions: p.versions, SubmitTime: req.SubmitTime, DoneTime: time.Now().UnixNano(),
 		GenerateNanos: p.genNanos,
 		ObsStyle:      style, Samples: p.samples, Success: p.success, Info: p.info, TaskIndex: req.TaskIndex, Resumed: p.resumed,
+		PromptTruncated: p.promptCut,
 	}
 	if t.ExtraLogs == nil {
 		t.ExtraLogs = map[string]float64{}
@@ -184,7 +192,7 @@ func newSample(ev *messages.StepEvent) messages.Sample {
 	return messages.Sample{
 		ObservationTokens: toks, RolloutLogProbs: lp,
 		ActionRanges: messages.Ranges{{Start: start, End: start + int32(len(ev.ActionTokens))}},
-		Reward:       ev.Reward,
+		Reward:       ev.Reward, PromptTruncated: ev.PromptTruncated,
 	}
 }
 

@@ -189,6 +189,9 @@ type episode struct {
 	spec   envs.Spec
 	tokens []int32 // observation tokens so far (this turn's prompt in a single-turn style)
 	turn   int32
+	// promptCut counts the tokens cut from the first prompt (this turn's in
+	// a single-turn style) to fit it.
+	promptCut int32
 
 	// history and suffix build each turn's fresh prompt in a single-turn
 	// style: the observations so far and the env's current suffix.
@@ -314,7 +317,21 @@ func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) e
 	if err != nil {
 		return err
 	}
-	toks, err = e.fit(toks)
+	var t *templated
+	if len(treq.Messages) > 0 {
+		t = &templated{render: func(content []string) *messages.TokenizeRequest {
+			r := *treq
+			r.Messages = make([]messages.ChatMessage, len(treq.Messages))
+			for i, m := range treq.Messages {
+				r.Messages[i] = messages.ChatMessage{Role: m.Role, Content: content[i]}
+			}
+			return &r
+		}}
+		for _, m := range treq.Messages {
+			t.content = append(t.content, m.Content)
+		}
+	}
+	toks, e.promptCut, err = e.fitPrompt(ctx, toks, t)
 	if err != nil {
 		return err
 	}
@@ -324,33 +341,24 @@ func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) e
 	return nil
 }
 
-// fit left-truncates a prompt so that at least one turn's worth of
-// generation (the per-turn max_tokens, or 1) fits in max_length.
-func (e *episode) fit(toks []int32) ([]int32, error) {
-	maxNew := max(e.req.Sampling.MaxTokens, 1)
-	keep := int(e.req.MaxLength - maxNew)
-	if keep <= 0 {
-		return nil, e.fail("max_length %d leaves no room for a prompt with max_tokens %d", e.req.MaxLength, maxNew)
-	}
-	if len(toks) > keep {
-		toks = toks[len(toks)-keep:]
-	}
-	return toks, nil
-}
-
 // singleTurnPrompt builds and tokenizes this turn's fresh prompt in a
 // single-turn style: the observation history plus the current suffix, as
 // GEM's concat wrapper does, wrapped in the qwen3_game template if asked.
 func (e *episode) singleTurnPrompt(ctx context.Context) error {
 	text := chat.History(e.history, e.suffix)
+	treq := &messages.TokenizeRequest{V: messages.Version, EpisodeID: e.req.EpisodeID, Text: text}
+	var t *templated
 	if e.req.ObsStyle == messages.ObsQwen3Game {
-		text = chat.Qwen3Game(text)
+		t = &templated{content: []string{text}, render: func(content []string) *messages.TokenizeRequest {
+			return &messages.TokenizeRequest{V: messages.Version, EpisodeID: e.req.EpisodeID, Text: chat.Qwen3Game(content[0])}
+		}}
+		treq = t.render(t.content)
 	}
-	toks, err := e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: e.req.EpisodeID, Text: text})
+	toks, err := e.tokenize(ctx, treq)
 	if err != nil {
 		return err
 	}
-	e.tokens, err = e.fit(toks)
+	e.tokens, e.promptCut, err = e.fitPrompt(ctx, toks, t)
 	return err
 }
 
@@ -359,7 +367,18 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	req := e.req
 	single := messages.SingleTurnStyle(req.ObsStyle)
 	if single {
-		if err := e.singleTurnPrompt(ctx); err != nil {
+		err := e.singleTurnPrompt(ctx)
+		if err != nil && e.turn > 0 && errors.Is(err, errPromptTooLong) {
+			// The history outgrew the budget after turns worth keeping: the
+			// episode ran out of max_length, as a chat-style one does, and
+			// ends truncated. Nothing was cut.
+			return &messages.StepEvent{
+				V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Resumed: e.resumed,
+				Done: true, Truncated: true, FinishReason: FinishBudget,
+				ActionTokens: messages.Tokens{}, ActionLogprobs: messages.Logprobs{}, FeedbackTokens: messages.Tokens{},
+			}, nil
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -378,7 +397,7 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		ev.Episode = req
 	}
 	if e.turn == 0 || single {
-		ev.PromptTokens = e.tokens
+		ev.PromptTokens, ev.PromptTruncated = e.tokens, e.promptCut
 	}
 	greq := &messages.GenerateRequest{
 		V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn,
@@ -497,6 +516,9 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	ev := &messages.StepEvent{
 		V: messages.Version, EpisodeID: e.req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Episode: e.req,
 		Done: true, Error: cause.Error(), Resumed: e.resumed,
+	}
+	if errors.Is(cause, errPromptTooLong) {
+		ev.FailureKind = messages.FailurePromptTooLong
 	}
 	// Its own message id: the turn it names may have been stored already
 	// (a republished step) or never (a step that failed to publish), and

@@ -137,9 +137,11 @@ func TestFirstPrompt(t *testing.T) {
 		{"prompt in the chat template", func(r *messages.EpisodeRequest) { r.Prompt, r.ChatTemplate = "Guess!", true }, func(string) string {
 			return chat.Render([]chat.Message{{Role: "user", Content: "Guess!"}}, true)
 		}},
-		{"left truncation keeps the last tokens", func(r *messages.EpisodeRequest) { r.MaxLength, r.Sampling.MaxTokens = 200, 50 }, func(ins string) string {
-			full := tok.Encode(chat.Render([]chat.Message{{Role: "user", Content: ins}}, true))
-			return tok.Decode(full[len(full)-150:])
+		{"left truncation keeps the role headers and the last content", func(r *messages.EpisodeRequest) {
+			r.MaxLength, r.Sampling.MaxTokens, r.PromptOverflow = 200, 50, messages.PromptOverflowTruncateLeft
+		}, func(ins string) string {
+			bare := tok.Encode(chat.Render([]chat.Message{{Role: "user"}}, true))
+			return chat.Render([]chat.Message{{Role: "user", Content: ins[len(ins)-(150-len(bare)):]}}, true)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ type runCmd struct {
 	SubmitWindow      int           `help:"Most submitted episodes not yet decided (default twice --concurrency, at least 4096)."`
 	MaxLength         int           `default:"4096" help:"Whole-trajectory token budget."`
 	MaxTokens         int           `default:"256" help:"Per-turn generation cap (0 = the whole remaining budget)."`
+	PromptOverflow    string        `default:"fail" enum:"fail,truncate-left" help:"A prompt longer than --max-length minus --max-tokens: fail its episode (failure kind prompt_too_long) or truncate-left (cut the start of its content, never the chat template's role headers)."`
 	Temperature       float64       `default:"1" help:"Sampling temperature."`
 	TopP              float64       `default:"1" help:"Nucleus sampling."`
 	Seed              *uint64       `help:"Seed for a reproducible run (random if unset)."`
@@ -102,7 +104,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	}
 	opts := fleet.Options{
 		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle, ApplyChatTemplate: c.ApplyChatTemplate,
-		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
+		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens, PromptOverflow: c.PromptOverflow,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
 		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
 		Filter: filter, Remote: remote, Out: os.Stdout, Logger: cmdutil.Logger(c.LogLevel), RunID: run, SubmitWindow: c.SubmitWindow,
@@ -174,7 +176,7 @@ func (c *runCmd) loadManifest() error {
 	if !c.Filter {
 		c.FilterRange = []float64{0, 1}
 	}
-	c.FailuresOut, c.GroupsOut = m.FailuresOut, m.GroupsOut
+	c.FailuresOut, c.GroupsOut, c.PromptOverflow = m.FailuresOut, m.GroupsOut, cmp.Or(m.PromptOverflow, c.PromptOverflow)
 	return nil
 }
 
@@ -238,6 +240,7 @@ func (c *runCmd) openRunFiles(opts *fleet.Options) (*runFiles, error) {
 		RunID: opts.RunID, Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle,
 		ApplyChatTemplate: c.ApplyChatTemplate, NSamples: c.NSamples, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: *opts.Seed, FailuresOut: c.FailuresOut, GroupsOut: c.GroupsOut,
+		PromptOverflow: c.PromptOverflow,
 	}
 	if opts.Filter != nil {
 		m.Filter = []float64{opts.Filter.Low, opts.Filter.High}

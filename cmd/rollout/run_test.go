@@ -357,6 +357,7 @@ func TestRunBadFlags(t *testing.T) {
 		{"--episodes", "many"},
 		{"--no-such-flag"},
 		{"--obs-style", "prose"},
+		{"--prompt-overflow", "truncate-right"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			dir := t.TempDir()
@@ -370,6 +371,28 @@ func TestRunBadFlags(t *testing.T) {
 				t.Errorf("want the error and the hint in two lines, got:\n%s", stderr)
 			}
 			checkUntouched(t, dir, files)
+		})
+	}
+}
+
+// TestRunPromptOverflow: --prompt-overflow reaches the episodes. The
+// instructions do not fit --max-length 300: by default each episode fails
+// as prompt_too_long; truncate-left cuts them, and the summary says so.
+func TestRunPromptOverflow(t *testing.T) {
+	for _, tc := range []struct {
+		overflow string
+		status   int
+		stderr   string
+	}{
+		{"fail", fleet.ExitAllFailed, "failure kinds: prompt_too_long=2"},
+		{"truncate-left", fleet.ExitOK, "prompt_truncated=2"},
+	} {
+		t.Run(tc.overflow, func(t *testing.T) {
+			status, stderr := rollout(t, t.TempDir(), "run", "--episodes", "2", "--seed", "3", "--max-length", "300",
+				"--max-tokens", "64", "--prompt-overflow", tc.overflow, "--out", "out.jsonl")
+			if status != tc.status || !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("exit status %d, want %d with %q:\n%s", status, tc.status, tc.stderr, stderr)
+			}
 		})
 	}
 }
