@@ -41,10 +41,13 @@ type gatewayCmd struct {
 	Out              string        `help:"Embedded server: write published trajectories as JSONL to this file ('-' for stdout)."`
 	FailuresOut      string        `help:"Embedded server: write published failure records as JSONL to this file."`
 	LogLevel         string        `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	cmdutil.GC
 }
 
 func (c *gatewayCmd) Run() error {
-	cmdutil.TuneGC()
+	if err := c.Tune(); err != nil {
+		return err
+	}
 	if c.NATS != "" && (c.DataDir != "" || c.Out != "" || c.FailuresOut != "") {
 		return errors.New("--data-dir, --out and --failures-out are for the embedded server; with --nats, read the streams directly")
 	}

@@ -50,6 +50,7 @@ type runCmd struct {
 	Timeout           time.Duration `help:"Give up after this long (0 = never)."`
 	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
 	cmdutil.NATSAuth
+	cmdutil.GC
 }
 
 // Run runs the job and ends with the run's exit status (fleet.ExitStatus):
@@ -76,7 +77,9 @@ func (c *runCmd) explain(err error) error {
 }
 
 func (c *runCmd) run() (sum fleet.Summary, err error) {
-	cmdutil.TuneGC()
+	if err := c.Tune(); err != nil {
+		return sum, err
+	}
 	if c.SubmitOnly && c.NATS == "" {
 		return sum, errors.New("--submit-only needs --nats")
 	}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +31,7 @@ type Fleet struct {
 	StepsMaxBytes  int64  `default:"1073741824" help:"Size limit of the steps stream, in bytes (-1: unlimited)."`
 	InitStreams    bool   `help:"Create the missing streams and exit: run once as a user allowed to create streams (the admin) when the others may not."`
 	LogLevel       string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	GC
 }
 
 // ErrStreamPermission means the user may not look up or create a stream it
@@ -47,15 +47,6 @@ var ErrConnectionClosed = errors.New("nats connection closed")
 // Streams is the stream configuration the flags ask for.
 func (f *Fleet) Streams() bus.StreamOptions {
 	return bus.StreamOptions{Replicas: f.Replicas, MaxBytes: f.StreamMaxBytes, StepsMaxBytes: f.StepsMaxBytes}
-}
-
-// TuneGC makes the garbage collector run less often than Go's default unless
-// GOGC is set: rollout processes allocate many short-lived messages and have
-// memory to spare, and collection was a tenth of their CPU time.
-func TuneGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
-	}
 }
 
 // Logger returns a text logger on stderr at the given level.
@@ -170,8 +161,11 @@ type Process struct {
 // Main runs a fleet process: connect, run body until a signal, drain, and
 // exit non-zero when anything failed.
 func Main(name string, f Fleet, body func(Process) error) {
-	TuneGC()
 	log := Logger(f.LogLevel).With("process", name)
+	if err := f.Tune(); err != nil {
+		log.Error("exiting", "err", err)
+		os.Exit(1)
+	}
 	if err := run(name, f, log, body); err != nil {
 		log.Error("exiting", "err", err)
 		os.Exit(1)
