@@ -37,8 +37,8 @@ type StreamOptions struct {
 	// StepsDuplicateWindow is the steps stream's (default 1 minute). Steps
 	// are by far the most messages, and a repeat of one is harmless: the
 	// collector and a resuming env worker take each turn of a run once. A
-	// minute covers a publish's own retries; a 10-minute window held 2.4
-	// million step ids (300 MB in the server) at 4,000 turns/s.
+	// minute covers a publish's own retries; at 4,000 turns/s a 10-minute
+	// window would hold 2.4 million step ids, some 300 MB in the server.
 	StepsDuplicateWindow time.Duration
 	// MaxBytes bounds each stream's size (default 256 MiB each; the steps
 	// stream, which holds every token of every live episode, 1 GiB). Each
