@@ -5,12 +5,13 @@
 # 10,000 concurrent episodes and over a long run, with the stand-in model in
 # its own process. Figures land in docs/performance.md.
 #
-# PARTS selects what runs (default "throughput go memory"). Memory knobs:
-# EPISODES_HIGH (20000) episodes at CONCURRENCY_HIGH (10000) with the model
-# at TOY_LATENCY (1ms) per generated token; EPISODES_MEM (50000) episodes
-# at the default concurrency, RSS sampled after 10,000 and at the end;
-# EPISODES_LONG (unset: skipped), a longer run reporting each process's
-# peak RSS and the data dir's size.
+# PARTS selects what runs (default "throughput go memory"; "long" adds the
+# long run). Memory knobs: EPISODES_HIGH (20000) episodes at
+# CONCURRENCY_HIGH (10000) with the model at TOY_LATENCY (1ms) per generated
+# token; EPISODES_MEM (50000) episodes at the default concurrency, RSS
+# sampled after 10,000 and at the end. The long run: EPISODES_LONG (200000)
+# episodes in one run, reporting each process's peak RSS and the data dir's
+# peak and final size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,21 +64,15 @@ start_toyllm() {
 
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
-# unbounded_data_dir DIR: creates the streams in DIR without size limits, so
-# that a long run's trajectories fit (the run's own limits are 256 MiB per
-# output stream).
-unbounded_data_dir() {
-  mkdir -p "$1"
-  "$bin/rollout" server --listen 127.0.0.1:0 --data-dir "$1" --log-level warn >"$bin/server.out" 2>&1 &
-  local srv=$! url=
-  pids+=("$srv")
-  for _ in $(seq 100); do
-    url=$(grep -o 'nats://[0-9.:]*' "$bin/server.out" || true)
-    [[ -n $url ]] && break
-    sleep 0.1
+# sample_dir DIR FILE: keeps the peak size of DIR in FILE, sampled every
+# 2 s until killed.
+sample_dir() {
+  local peak=0 size
+  while true; do
+    size=$(du -sb "$1" 2>/dev/null | cut -f1 || echo 0)
+    if (( ${size:-0} > peak )); then peak=$size; echo "$peak" >"$2"; fi
+    sleep 2
   done
-  "$bin/collector" --nats "$url" --init-streams --stream-max-bytes=-1 --steps-max-bytes=-1 --log-level warn
-  stop "$srv"
 }
 
 # sample_run OUT PID: samples the run's RSS every 0.2 s until it exits,
@@ -135,14 +130,20 @@ mem_run high "$high" "$conc" "$lat"
 
 n=${EPISODES_MEM:-50000}
 echo "== memory: one run of $n episodes at the default concurrency (stand-in model at zero latency)"
-unbounded_data_dir "$bin/data"
 mem_run mem "$n" 256 0 --data-dir "$bin/data"
 rm -rf "$bin/data"
 
-if [[ -n ${EPISODES_LONG:-} ]]; then
-  echo "== memory: one run of $EPISODES_LONG episodes at the default concurrency"
-  unbounded_data_dir "$bin/data"
-  mem_run long "$EPISODES_LONG" 256 0 --data-dir "$bin/data"
-  echo "data dir: $(du -sb "$bin/data" | cut -f1) bytes"
+if [[ " $parts " == *" long "* ]]; then
+  long=${EPISODES_LONG:-200000}
+  echo "== long run: $long episodes in one run at the default concurrency (stand-in model in its own process)"
+  mkdir -p "$bin/data"
+  sample_dir "$bin/data" "$bin/datapeak" &
+  dirpid=$!
+  pids+=("$dirpid")
+  mem_run long "$long" 256 0 --data-dir "$bin/data"
+  kill "$dirpid" 2>/dev/null || true
+  wait "$dirpid" 2>/dev/null || true
+  echo "trajectories written: $(wc -l <"$bin/long.jsonl")"
+  echo "data dir: peak $(cat "$bin/datapeak") bytes, at the end $(du -sb "$bin/data" | cut -f1) bytes"
   rm -rf "$bin/data"
 fi
