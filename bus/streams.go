@@ -105,6 +105,10 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 	// refusing the collector.
 	decided := limits(subj.StreamDecided(), subj.DecidedAll(), opts.DecidedMaxAge)
 	decided.Discard = jetstream.DiscardOld
+	// A repeated decision is refused by its expected last sequence (0)
+	// however late it comes, and the collector reads the stored one: the
+	// window only has to cover a publish's own retries.
+	decided.Duplicates = opts.StepsDuplicateWindow
 	// Outcomes are work queues too: a record is kept until its reader (the
 	// trainer, or rollout run's writer) acknowledges it, and then freed, so
 	// the streams hold what waits to be read, not everything ever made.
