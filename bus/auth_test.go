@@ -308,7 +308,7 @@ func TestAuthConfRoles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envworker: decisions stream: %v", err)
 	}
-	if _, err := envDecided.GetLastMsgForSubject(ctx, subj.Decided("e1")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := envDecided.GetLastMsgForSubject(ctx, subj.Decided("r1", "e1")); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("envworker: read decision: %v", err)
 	}
 	if err := msg.DoubleAck(ctx); err != nil {
@@ -355,14 +355,14 @@ func TestAuthConfRoles(t *testing.T) {
 	}
 	// The decision, stored before the outcome and read back, then the purge
 	// of the decided episode's steps.
-	if _, err := col.Publish(ctx, subj.Decided("e1"), nil, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+	if _, err := col.Publish(ctx, subj.Decided("r1", "e1"), nil, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
 		t.Fatalf("collector: decision: %v", err)
 	}
 	decided, err := col.Stream(ctx, subj.StreamDecided())
 	if err != nil {
 		t.Fatalf("collector: decisions stream: %v", err)
 	}
-	if _, err := decided.GetLastMsgForSubject(ctx, subj.Decided("e1")); err != nil {
+	if _, err := decided.GetLastMsgForSubject(ctx, subj.Decided("r1", "e1")); err != nil {
 		t.Fatalf("collector: read decision: %v", err)
 	}
 	if err := steps.Purge(ctx, jetstream.WithPurgeSubject(subj.Steps("run-1", "e1"))); err != nil {
@@ -495,9 +495,9 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		{"envworker", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
 		{"envworker", subj.Failures("run-1", messages.FailureEpisode)},
 		{"envworker", subj.Failures("run-1", messages.FailureMalformed)},
-		{"envworker", subj.Decided("e1")},
-		{"trainer", subj.Decided("e1")},
-		{"gateway", subj.Decided("e1")},
+		{"envworker", subj.Decided("r1", "e1")},
+		{"trainer", subj.Decided("r1", "e1")},
+		{"gateway", subj.Decided("r1", "e1")},
 		{"llmworker", subj.Steps("run-1", "e1")},
 		{"llmworker", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
 		{"collector", subj.Episodes("run-1", "game:GuessTheNumber-v0")},

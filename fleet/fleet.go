@@ -312,7 +312,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	stack.push(func() {
 		if finished {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			deleteConsumers(dctx, js, subj, p.runID)
+			endRun(dctx, js, subj, p.runID, opts.Logger)
 			cancel()
 		}
 	})

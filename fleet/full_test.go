@@ -174,3 +174,35 @@ func TestRunBesideStandingEnvWorkers(t *testing.T) {
 		t.Fatalf("%d episodes submitted", n)
 	}
 }
+
+// TestFinishedRunLeavesNothing: once a run has finished, the server holds
+// nothing of it — no record, step or decision, and none of its consumers —
+// so job after job runs in the same disk.
+func TestFinishedRunLeavesNothing(t *testing.T) {
+	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: filepath.Join(t.TempDir(), "nats")})
+	js := bustest.JetStream(t, s, "test")
+	subj := messages.NewSubjects("")
+	ctx := context.Background()
+	for job := range 2 {
+		seed := uint64(job)
+		sum, err := Run(ctx, Options{Env: "game:GuessTheNumber-v0", Episodes: 64, NSamples: 2, Seed: &seed, NATS: s.ClientURL()})
+		if err != nil || sum.Trajectories != 64 {
+			t.Fatalf("job %d: %v %s", job, err, sum)
+		}
+		for _, name := range []string{subj.StreamEpisodes(), subj.StreamSteps(), subj.StreamDecided(),
+			subj.StreamTrajectories(), subj.StreamGroups(), subj.StreamFailures()} {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info := st.CachedInfo()
+			consumers := 0
+			if name == subj.StreamSteps() {
+				consumers = 1 // the collector's durable, shared by every run
+			}
+			if info.State.Msgs != 0 || info.State.Consumers != consumers {
+				t.Errorf("job %d: %s holds %d messages and %d consumers after the run", job, name, info.State.Msgs, info.State.Consumers)
+			}
+		}
+	}
+}

@@ -40,7 +40,7 @@ type gatherer struct {
 	notify  chan struct{}
 
 	out, fout, gout *bufio.Writer
-	unacked         []jetstream.Msg // handled, acknowledged at the next commit
+	unacked         []record // handled, acknowledged at the next commit
 }
 
 // commitEvery bounds how many handled records wait for their commit.
@@ -168,9 +168,25 @@ func (g *gatherer) commit() error {
 			return err
 		}
 	}
-	for _, m := range g.unacked {
-		if err := m.Ack(); err != nil {
-			return fmt.Errorf("fleet: acknowledge %s: %w", m.Subject(), err)
+	// The last record of each kind is acknowledged with a confirmation:
+	// its consumer handles acknowledgements in order, so when it confirms,
+	// the earlier ones are done too, and none is lost when the run deletes
+	// its consumers at the end.
+	last := map[string]int{}
+	for i, r := range g.unacked {
+		last[r.kind] = i
+	}
+	for i, r := range g.unacked {
+		var err error
+		if last[r.kind] == i {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err = r.msg.DoubleAck(ctx)
+			cancel()
+		} else {
+			err = r.msg.Ack()
+		}
+		if err != nil {
+			return fmt.Errorf("fleet: acknowledge %s: %w", r.msg.Subject(), err)
 		}
 	}
 	g.unacked = g.unacked[:0]
@@ -204,7 +220,7 @@ func (g *gatherer) handle(rec record) error {
 		// Not acknowledged: the record stays for the next reader.
 		return err
 	}
-	g.unacked = append(g.unacked, rec.msg)
+	g.unacked = append(g.unacked, rec)
 	return nil
 }
 

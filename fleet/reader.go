@@ -93,10 +93,20 @@ func readOutputs(ctx context.Context, js jetstream.JetStream, subj messages.Subj
 	return stop, nil
 }
 
-// deleteConsumers removes a finished run's consumers, which would otherwise
-// linger until the server drops them as inactive.
-func deleteConsumers(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, run string) {
+// endRun removes what a finished run leaves on the server: its consumers,
+// which would otherwise linger until the server drops them as inactive, and
+// its episodes' decisions, which would otherwise stay their hour. Nothing
+// of the run is in flight any more; it is best effort (a user without the
+// right to purge leaves the decisions to their max age).
+func endRun(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, run string, log *slog.Logger) {
 	forgetConsumers(ctx, js, subj, run, true)
+	st, err := js.Stream(ctx, subj.StreamDecided())
+	if err == nil {
+		err = st.Purge(ctx, jetstream.WithPurgeSubject(subj.DecidedOfRun(run)))
+	}
+	if err != nil {
+		log.Debug("decisions of the finished run left to their max age", "run", run, "err", err)
+	}
 }
 
 // forgetConsumers deletes the run's output consumers and, with episodes,

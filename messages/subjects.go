@@ -183,8 +183,13 @@ func (s Subjects) StreamGroups() string { return s.stream("GROUPS") }
 func (s Subjects) StreamFailures() string { return s.stream("FAILURES") }
 
 // Decided is the subject of an episode's decision (see DecisionHeader):
-// <prefix>.decided.<Token(episode)>. Only collectors publish on it.
-func (s Subjects) Decided(episode string) string { return s.subject("decided", Token(episode)) }
+// <prefix>.decided.<Token(run)>.<Token(episode)>. Only collectors publish on it.
+func (s Subjects) Decided(run, episode string) string {
+	return s.subject("decided", Token(run)+"."+Token(episode))
+}
+
+// DecidedOfRun matches the decisions of run's episodes.
+func (s Subjects) DecidedOfRun(run string) string { return s.subject("decided", Token(run)+".>") }
 
 // DecidedAll matches the decisions of every episode.
 func (s Subjects) DecidedAll() string { return s.subject("decided", ">") }

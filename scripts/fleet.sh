@@ -45,7 +45,10 @@ fi
 
 episodes=${EPISODES:-50000}
 out=$(mktemp -d)
-"$bin/rollout" consume --nats "nats://$nats_addr" --kind groups --durable trainer --every 30s --log-level warn & pids+=($!)
+"$bin/rollout" consume --nats "nats://$nats_addr" --kind groups --durable trainer --every 30s --log-level warn \
+  2> >(tee "$out/consume.log" >&2) & pids+=($!)
+# The trainer's consumer exists before the first job, which then leaves the groups to it.
+for _ in $(seq 300); do grep -q 'reading groups' "$out/consume.log" 2>/dev/null && break; sleep 0.1; done
 for job in $(seq 1 "$jobs"); do
   start=$(date +%s.%N)
   "$bin/rollout" run --nats "nats://$nats_addr" --submit-only --env game:GuessTheNumber-v0 \

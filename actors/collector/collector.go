@@ -421,7 +421,7 @@ func (c *Collector) decide(ctx context.Context, key runKey, s stored) error {
 	if !complete {
 		// Some turns came to another collector, or were evicted here: the
 		// stream has them, unless another run decided the episode already.
-		d, err := c.decision(ctx, id)
+		d, err := c.decision(ctx, ev.RunID, id)
 		if err != nil {
 			return err
 		}
@@ -486,7 +486,7 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 			f.GroupID, f.Env = p.req.GroupID, p.req.Env
 		}
 		p.outcome = &outcome{failure: f}
-		won, err := c.claim(ctx, id, malformedRun, messages.FailureMalformed)
+		won, err := c.claim(ctx, run, id, malformedRun, messages.FailureMalformed)
 		if err == nil && won {
 			err = c.store(ctx, id, p)
 		}
@@ -554,7 +554,7 @@ func (c *Collector) record(ctx context.Context, id, run string, p *partial) erro
 			out.traj = nil
 		}
 	}
-	won, err := c.claim(ctx, id, run, out.kind())
+	won, err := c.claim(ctx, p.runID(), id, run, out.kind())
 	if err != nil {
 		return err
 	}
@@ -641,8 +641,8 @@ const maxHeaderRoom = 1024
 // decision is stored yet, and reports whether the decision is run's: stored
 // now, by an earlier try of this call, or by another collector deciding for
 // the same run.
-func (c *Collector) claim(ctx context.Context, id, run, kind string) (bool, error) {
-	subject := c.opts.Subjects.Decided(id)
+func (c *Collector) claim(ctx context.Context, runID, id, run, kind string) (bool, error) {
+	subject := c.opts.Subjects.Decided(runID, id)
 	msg := &nats.Msg{Subject: subject, Header: nats.Header{
 		messages.DecisionHeader: []string{kind}, messages.DecisionRunHeader: []string{run},
 	}}
@@ -656,7 +656,7 @@ func (c *Collector) claim(ctx context.Context, id, run, kind string) (bool, erro
 		return true, nil
 	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
-		raw, err := c.decision(ctx, id)
+		raw, err := c.decision(ctx, runID, id)
 		if err != nil {
 			return false, err
 		}
@@ -666,11 +666,11 @@ func (c *Collector) claim(ctx context.Context, id, run, kind string) (bool, erro
 }
 
 // decision returns the episode's stored decision, or nil when there is none.
-func (c *Collector) decision(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
+func (c *Collector) decision(ctx context.Context, runID, id string) (*jetstream.RawStreamMsg, error) {
 	var raw *jetstream.RawStreamMsg
 	err := bus.Retry(ctx, func(ctx context.Context) error {
 		var err error
-		raw, err = c.decisions.GetLastMsgForSubject(ctx, c.opts.Subjects.Decided(id))
+		raw, err = c.decisions.GetLastMsgForSubject(ctx, c.opts.Subjects.Decided(runID, id))
 		return err
 	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

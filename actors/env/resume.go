@@ -46,7 +46,7 @@ func (w *Worker) loadPriorRun(ctx context.Context, runID, id string, request uin
 	if err != nil {
 		return nil, fmt.Errorf("decisions stream: %w", err)
 	}
-	switch _, err := decisions.GetLastMsgForSubject(ctx, w.opts.Subjects.Decided(id)); {
+	switch _, err := decisions.GetLastMsgForSubject(ctx, w.opts.Subjects.Decided(runID, id)); {
 	case err == nil:
 		return &priorRun{decided: true}, nil
 	case !errors.Is(err, jetstream.ErrMsgNotFound):

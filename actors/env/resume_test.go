@@ -367,7 +367,7 @@ func TestLoadPriorRun(t *testing.T) {
 			f := newFixture(t, toyllm.Options{})
 			id := "ep-" + tc.name
 			if tc.steps == nil {
-				decision := &nats.Msg{Subject: f.subj.Decided(id), Header: nats.Header{messages.DecisionHeader: []string{"trajectory"}}}
+				decision := &nats.Msg{Subject: f.subj.Decided("run-e", id), Header: nats.Header{messages.DecisionHeader: []string{"trajectory"}}}
 				if _, err := f.js.PublishMsg(context.Background(), decision); err != nil {
 					t.Fatal(err)
 				}

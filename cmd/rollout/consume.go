@@ -59,6 +59,7 @@ func (c *consumeCmd) Run() error {
 	if err != nil {
 		return fmt.Errorf("consumer %s on %s: %w", c.Durable, stream, err)
 	}
+	fmt.Fprintf(os.Stderr, "rollout consume: reading %s from %s as %s\n", c.Kind, stream, c.Durable)
 	var w *bufio.Writer
 	switch c.Out {
 	case "":
