@@ -56,8 +56,17 @@ for job in $(seq 1 "$jobs"); do
     --out "$out/job$job.jsonl" 2>&1 | grep -E '^episodes=|stream full' || true
   end=$(date +%s.%N)
   lines=$(wc -l < "$out/job$job.jsonl")
+  # The trainer may still be reading the job's last groups: the data dir is
+  # measured once its size holds still for 2 s (at most a minute).
+  size=$(du -sb "$data" | cut -f1)
+  for _ in $(seq 30); do
+    sleep 2
+    now=$(du -sb "$data" | cut -f1)
+    [ "$now" = "$size" ] && break
+    size=$now
+  done
   printf 'job %d: %d trajectories in %.1f s; data dir %s bytes\n' "$job" "$lines" \
-    "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" "$(du -sb "$data" | cut -f1)"
+    "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" "$size"
   rm -f "$out/job$job.jsonl"
 done
 rm -rf "$out"
