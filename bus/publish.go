@@ -65,3 +65,24 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 	}
 	return nil
 }
+
+// AckBatch acknowledges messages of one consumer: all but the last without
+// waiting, the last with the server's confirmation. A consumer handles one
+// client's acknowledgements in order, so when the last is confirmed the
+// others are done too: a reader that then deletes its consumer, or stops,
+// loses none of them, for one round trip per batch rather than per message.
+func AckBatch(ctx context.Context, msgs []jetstream.Msg) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	for _, m := range msgs[:len(msgs)-1] {
+		if err := m.Ack(); err != nil {
+			return fmt.Errorf("bus: acknowledge %s: %w", m.Subject(), err)
+		}
+	}
+	last := msgs[len(msgs)-1]
+	if err := Retry(ctx, last.DoubleAck); err != nil {
+		return fmt.Errorf("bus: acknowledge %s: %w", last.Subject(), err)
+	}
+	return nil
+}

@@ -287,7 +287,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if opts.Ledger != nil && opts.Ledger.Resumed() {
 		// The interrupted run's consumers hold what they had delivered until
 		// their ack wait ends; without them it is delivered again at once.
-		forgetConsumers(ctx, js, subj, p.runID, !opts.SubmitOnly)
+		forgetConsumers(ctx, js, subj, p.runID, !opts.SubmitOnly, opts.Logger)
 	}
 	// The run's readers exist before the first submit, so nothing is missed.
 	// Their callbacks block on records until the run is over.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -168,25 +169,18 @@ func (g *gatherer) commit() error {
 			return err
 		}
 	}
-	// The last record of each kind is acknowledged with a confirmation:
-	// its consumer handles acknowledgements in order, so when it confirms,
-	// the earlier ones are done too, and none is lost when the run deletes
-	// its consumers at the end.
-	last := map[string]int{}
-	for i, r := range g.unacked {
-		last[r.kind] = i
+	// Each kind is its own consumer: confirmed batch by batch, so that none
+	// is lost when the run deletes its consumers at the end.
+	byKind := map[string][]jetstream.Msg{}
+	for _, r := range g.unacked {
+		byKind[r.kind] = append(byKind[r.kind], r.msg)
 	}
-	for i, r := range g.unacked {
-		var err error
-		if last[r.kind] == i {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err = r.msg.DoubleAck(ctx)
-			cancel()
-		} else {
-			err = r.msg.Ack()
-		}
+	for _, msgs := range byKind {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := bus.AckBatch(ctx, msgs)
+		cancel()
 		if err != nil {
-			return fmt.Errorf("fleet: acknowledge %s: %w", r.msg.Subject(), err)
+			return fmt.Errorf("fleet: %w", err)
 		}
 	}
 	g.unacked = g.unacked[:0]
@@ -310,7 +304,7 @@ func (g *gatherer) failure(m jetstream.Msg) error {
 		return nil
 	}
 	if g.fout != nil {
-		if err := writeJSONLine(g.fout, f); err != nil {
+		if err := WriteRecord(g.fout, f); err != nil {
 			return fmt.Errorf("fleet: write failure %s: %w", f.EpisodeID, err)
 		}
 	}
@@ -336,7 +330,7 @@ func (g *gatherer) group(m jetstream.Msg) error {
 		return nil
 	}
 	if g.gout != nil {
-		if err := writeJSONLine(g.gout, grp); err != nil {
+		if err := WriteRecord(g.gout, grp); err != nil {
 			return fmt.Errorf("fleet: write group %s: %w", grp.GroupID, err)
 		}
 	}
@@ -356,14 +350,9 @@ func (g *gatherer) group(m jetstream.Msg) error {
 	return nil
 }
 
-// writeTrajectory writes one trajectory JSON line. Called directly: through
-// an Encoder the large line would be validated and copied once more.
+// writeTrajectory writes one trajectory JSON line.
 func writeTrajectory(w io.Writer, t *messages.Trajectory) error {
-	line, err := t.MarshalJSON()
-	if err == nil {
-		_, err = w.Write(append(line, '\n'))
-	}
-	if err != nil {
+	if err := WriteRecord(w, t); err != nil {
 		return fmt.Errorf("fleet: write trajectory %s: %w", t.EpisodeID, err)
 	}
 	return nil

@@ -99,7 +99,7 @@ func readOutputs(ctx context.Context, js jetstream.JetStream, subj messages.Subj
 // of the run is in flight any more; it is best effort (a user without the
 // right to purge leaves the decisions to their max age).
 func endRun(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, run string, log *slog.Logger) {
-	forgetConsumers(ctx, js, subj, run, true)
+	forgetConsumers(ctx, js, subj, run, true, log)
 	st, err := js.Stream(ctx, subj.StreamDecided())
 	if err == nil {
 		err = st.Purge(ctx, jetstream.WithPurgeSubject(subj.DecidedOfRun(run)))
@@ -112,13 +112,20 @@ func endRun(ctx context.Context, js jetstream.JetStream, subj messages.Subjects,
 // forgetConsumers deletes the run's output consumers and, with episodes,
 // its env worker's. What they delivered and nobody acknowledged stays in
 // the work queues, for the next consumer.
-func forgetConsumers(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, run string, episodes bool) {
+func forgetConsumers(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, run string, episodes bool, log *slog.Logger) {
+	del := func(stream, name string) {
+		// A consumer left behind only delays redelivery, and the server
+		// drops it after an hour unused.
+		if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			log.Debug("consumer of the run left to the server", "stream", stream, "consumer", name, "err", err)
+		}
+	}
 	for kind, stream := range map[string]string{
 		kindTrajectory: subj.StreamTrajectories(), kindFailure: subj.StreamFailures(), kindGroup: subj.StreamGroups(),
 	} {
-		_ = js.DeleteConsumer(ctx, stream, consumerName(run, kind))
+		del(stream, consumerName(run, kind))
 	}
 	if episodes {
-		_ = js.DeleteConsumer(ctx, subj.StreamEpisodes(), envactor.ConsumerConfig(envactor.Options{Run: run}).Durable)
+		del(subj.StreamEpisodes(), envactor.ConsumerConfig(envactor.Options{Run: run}).Durable)
 	}
 }

@@ -224,9 +224,19 @@ func (s *Summary) countFailure(f *messages.Failure) {
 	}
 }
 
-// writeJSONLine writes v as one JSON line, leaving <, > and & unescaped so
-// chat markup such as <|im_end|> stays readable.
-func writeJSONLine(w io.Writer, v any) error {
+// WriteRecord writes an output record (a trajectory, group or failure) as
+// one JSON line, as rollout run writes them: <, > and & unescaped so chat
+// markup such as <|im_end|> stays readable, and a trajectory through its
+// own writer (through an Encoder the large line would be validated and
+// copied once more).
+func WriteRecord(w io.Writer, v any) error {
+	if t, ok := v.(*messages.Trajectory); ok {
+		line, err := t.MarshalJSON()
+		if err == nil {
+			_, err = w.Write(append(line, '\n'))
+		}
+		return err
+	}
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)

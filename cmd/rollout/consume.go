@@ -3,16 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
+	"github.com/rollfleet/rollfleet/fleet"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -94,7 +94,7 @@ func consume(ctx context.Context, cons jetstream.Consumer, decode func([]byte) (
 			if w != nil {
 				v, err := decode(m.Data())
 				if err == nil {
-					err = writeJSONLine(w, v)
+					err = fleet.WriteRecord(w, v)
 				}
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "rollout consume: %s: %v\n", m.Subject(), err)
@@ -110,8 +110,9 @@ func consume(ctx context.Context, cons jetstream.Consumer, decode func([]byte) (
 				return err
 			}
 		}
-		for _, m := range msgs {
-			_ = m.Ack()
+		if err := bus.AckBatch(ctx, msgs); err != nil && ctx.Err() == nil {
+			// The records come again after the ack wait.
+			fmt.Fprintf(os.Stderr, "rollout consume: %v\n", err)
 		}
 		n += len(msgs)
 		if every > 0 && time.Since(lastPrint) >= every && n != last {
@@ -121,18 +122,4 @@ func consume(ctx context.Context, cons jetstream.Consumer, decode func([]byte) (
 	}
 	fmt.Fprintf(os.Stderr, "%s read: %d\n", kind, n)
 	return nil
-}
-
-// writeJSONLine writes v as one JSON line.
-func writeJSONLine(w io.Writer, v any) error {
-	if t, ok := v.(*messages.Trajectory); ok {
-		line, err := t.MarshalJSON()
-		if err == nil {
-			_, err = w.Write(append(line, '\n'))
-		}
-		return err
-	}
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
 }

@@ -270,40 +270,29 @@ func (f *runFiles) discard() {
 // destinations; an unfinished one's stay for --resume; a run that never
 // started leaves no trace.
 func (f *runFiles) close(sum fleet.Summary, runErr error) error {
-	switch {
-	case !sum.Started:
+	if !sum.Started {
 		f.discard()
 		return nil
-	case runErr != nil:
-		var err error
-		for _, o := range f.outputs {
-			if serr := o.Suspend(); err == nil {
-				err = serr
-			}
-		}
-		if f.ledger != nil {
-			if cerr := f.ledger.Close(false); err == nil {
-				err = cerr
-			}
-			fmt.Fprintf(os.Stderr, "run %s unfinished: what it wrote is kept; continue it with: rollout run --resume %s --out %s (and the same --data-dir or --nats)\n", f.run, f.run, f.out)
-		}
-		return err
 	}
-	var err error
+	finished := runErr == nil
+	var errs []error
 	for _, o := range f.outputs {
-		if ferr := o.Finish(); err == nil {
-			err = ferr
+		if finished {
+			errs = append(errs, o.Finish())
+		} else {
+			errs = append(errs, o.Suspend())
 		}
 	}
 	if f.ledger != nil {
-		if cerr := f.ledger.Close(true); err == nil {
-			err = cerr
-		}
-		if rerr := fleet.RemoveManifest(f.out, f.run); err == nil {
-			err = rerr
+		errs = append(errs, f.ledger.Close(finished))
+		if finished {
+			errs = append(errs, fleet.RemoveManifest(f.out, f.run))
+		} else {
+			fmt.Fprintf(os.Stderr, "run %s unfinished: what it wrote is kept; continue it with: rollout run --resume %s --out %s (and the same --data-dir or --nats)\n", f.run, f.run, f.out)
 		}
 	}
-	if err == nil && f.out != "-" {
+	err := errors.Join(errs...)
+	if finished && err == nil && f.out != "-" {
 		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.Trajectories, f.out)
 	}
 	return err
