@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
@@ -84,31 +86,26 @@ func next[T any, P interface {
 	Validate() error
 }](t *testing.T, h *harness, stream string, match func(*T) bool) *T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := h.js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := uint64(1); ; {
-		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("waiting on %s: %v", stream, ctx.Err())
-			case <-time.After(20 * time.Millisecond): // polling, with the deadline above
-			}
-			continue
-		}
+	var found *T
+	seq := uint64(1) // the next stored message to look at
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		msgs, err := bustest.ReadStored(context.Background(), h.js, stream, "")
 		if err != nil {
-			t.Fatalf("waiting on %s: %v", stream, err)
+			return err
 		}
-		seq = m.Sequence + 1
-		v, err := messages.Decode[T, P](m.Data)
-		if err == nil && match(v) {
-			return v
+		for _, m := range msgs {
+			if m.Sequence < seq {
+				continue
+			}
+			seq = m.Sequence + 1
+			if v, err := messages.Decode[T, P](m.Data); err == nil && match(v) {
+				found = v
+				return nil
+			}
 		}
-	}
+		return fmt.Errorf("no matching message on %s yet", stream)
+	})
+	return found
 }
 
 func episode(id, env string) *messages.EpisodeRequest {

@@ -138,9 +138,6 @@ func (o *Output) Write(p []byte) (int, error) { return o.f.Write(p) }
 // Path is the destination.
 func (o *Output) Path() string { return o.path }
 
-// Part is the file written until the run finishes.
-func (o *Output) Part() string { return o.f.Name() }
-
 // Discard removes the part file: the destination stays as it was.
 func (o *Output) Discard() error {
 	o.f.Close()
