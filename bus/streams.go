@@ -117,6 +117,14 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 		cfg.Retention = jetstream.WorkQueuePolicy
 		return cfg
 	}
+	// The policy state: the last announcements, kept however old (a
+	// restarted worker must learn the current version at once), readable
+	// by direct get from any server of a cluster.
+	control := limits(subj.StreamControl(), subj.Control(), 0)
+	control.Discard = jetstream.DiscardOld
+	control.MaxMsgsPerSubject = ControlHistory
+	control.AllowDirect = true
+	control.Duplicates = opts.StepsDuplicateWindow
 	return []jetstream.StreamConfig{
 		episodes,
 		steps,
@@ -124,8 +132,14 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 		output(subj.StreamTrajectories(), subj.TrajectoriesAll()),
 		output(subj.StreamGroups(), subj.GroupsAll()),
 		output(subj.StreamFailures(), subj.FailuresAll()),
+		control,
 	}
 }
+
+// ControlHistory is how many policy states the control stream keeps: the
+// current one and the recent ones before it, for people reading the log of
+// pauses and versions.
+const ControlHistory = 64
 
 // EnsureStreams creates every rollfleet stream that does not exist yet.
 // Every actor calls it at start, so any one of them can bring up an empty

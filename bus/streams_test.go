@@ -188,7 +188,8 @@ func TestEnsureStreamsRetentionMismatch(t *testing.T) {
 }
 
 // The output streams are work queues (a record is freed once its reader
-// acknowledges it); the steps and decisions streams keep their limits.
+// acknowledges it); the steps, decisions and control streams keep their
+// limits.
 func TestStreamRetention(t *testing.T) {
 	subj := messages.NewSubjects("")
 	want := map[string]jetstream.RetentionPolicy{
@@ -198,6 +199,7 @@ func TestStreamRetention(t *testing.T) {
 		subj.StreamTrajectories(): jetstream.WorkQueuePolicy,
 		subj.StreamGroups():       jetstream.WorkQueuePolicy,
 		subj.StreamFailures():     jetstream.WorkQueuePolicy,
+		subj.StreamControl():      jetstream.LimitsPolicy,
 	}
 	cfgs := bus.StreamConfigs(subj, bus.StreamOptions{})
 	if len(cfgs) != len(want) {

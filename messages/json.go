@@ -124,6 +124,10 @@ func (t Trajectory) MarshalJSON() ([]byte, error) {
 	if len(t.PolicyVersions) > 0 {
 		w.field("policy_versions", t.PolicyVersions)
 	}
+	w.field("submit_policy_version", t.SubmitVersion)
+	w.field("staleness", t.Staleness)
+	w.field("stale", t.Stale)
+	w.field("restarts", t.Restarts)
 	w.field("submit_time_ns", t.SubmitTime)
 	w.field("done_time_ns", t.DoneTime)
 	w.field("generate_ns", t.GenerateNanos)

@@ -27,6 +27,9 @@ const (
 	// FailurePromptTooLong records an episode whose prompt left no room for generation within
 	// max_length, under PromptOverflowFail.
 	FailurePromptTooLong = "prompt_too_long"
+	// FailureStale records an episode dropped because the policy moved on by more than its
+	// max_staleness (StaleDrop).
+	FailureStale = "stale"
 )
 
 // MaxIDLength bounds episode and group ids (and env ids), which become subject tokens and
@@ -85,22 +88,30 @@ type EpisodeRequest struct {
 	V uint8 `msgpack:"v"`
 	// RunID is the job the episode belongs to: its subjects, and those of its outcomes and
 	// group, carry it, so runs sharing a server never mix. Empty is a run of its own.
-	RunID            string         `msgpack:"rid,omitempty"`
-	EpisodeID        string         `msgpack:"id"`
-	GroupID          string         `msgpack:"g"`
-	SampleIndex      int32          `msgpack:"i"`
-	GroupSize        int32          `msgpack:"n"` // n samples per prompt, ≥ 1
-	Env              string         `msgpack:"e"`
-	EnvOptions       []byte         `msgpack:"eo,omitempty"` // JSON object of env constructor overrides, or empty
-	EnvSeed          *uint64        `msgpack:"es,omitempty"` // seed of the env's RNG; nil = random
-	Prompt           string         `msgpack:"p,omitempty"`  // empty = the env's own instructions
-	ChatTemplate     bool           `msgpack:"ct,omitempty"` // wrap Prompt as the first user turn of the chat template
-	Label            string         `msgpack:"l,omitempty"`
-	Sampling         SamplingParams `msgpack:"sp"`
-	MaxLength        int32          `msgpack:"ml"`           // whole-trajectory token budget, > 0
-	MaxTurns         int32          `msgpack:"mt,omitempty"` // 0 = env default
-	SubmitTime       int64          `msgpack:"ts"`           // unix nanoseconds
-	MinPolicyVersion int64          `msgpack:"pv,omitempty"`
+	RunID        string         `msgpack:"rid,omitempty"`
+	EpisodeID    string         `msgpack:"id"`
+	GroupID      string         `msgpack:"g"`
+	SampleIndex  int32          `msgpack:"i"`
+	GroupSize    int32          `msgpack:"n"` // n samples per prompt, ≥ 1
+	Env          string         `msgpack:"e"`
+	EnvOptions   []byte         `msgpack:"eo,omitempty"` // JSON object of env constructor overrides, or empty
+	EnvSeed      *uint64        `msgpack:"es,omitempty"` // seed of the env's RNG; nil = random
+	Prompt       string         `msgpack:"p,omitempty"`  // empty = the env's own instructions
+	ChatTemplate bool           `msgpack:"ct,omitempty"` // wrap Prompt as the first user turn of the chat template
+	Label        string         `msgpack:"l,omitempty"`
+	Sampling     SamplingParams `msgpack:"sp"`
+	MaxLength    int32          `msgpack:"ml"`           // whole-trajectory token budget, > 0
+	MaxTurns     int32          `msgpack:"mt,omitempty"` // 0 = env default
+	SubmitTime   int64          `msgpack:"ts"`           // unix nanoseconds
+	// SubmitVersion is the policy version current when the episode was submitted.
+	SubmitVersion int64 `msgpack:"sv,omitempty"`
+	// MaxStaleness bounds how far the policy may move on during the episode: a turn starts
+	// only while the current version minus the version of the episode's first turn is at most
+	// this. Nil takes the env worker's default; a negative value means no bound.
+	MaxStaleness *int32 `msgpack:"mxs,omitempty"`
+	// StalePolicy is what happens to an episode past its bound: StaleDrop, StaleRestart or
+	// StaleKeep; empty takes the env worker's default.
+	StalePolicy string `msgpack:"stp,omitempty"`
 	// ObsStyle is how observations become prompts: ObsChat (empty means it), ObsConcat or
 	// ObsQwen3Game.
 	ObsStyle string `msgpack:"os,omitempty"`
@@ -173,8 +184,10 @@ type GenerateReply struct {
 	// EndOfTurn is true when the last of Tokens is the chat template's
 	// end-of-turn token (<|im_end|> for ChatML): the model closed its turn.
 	// vLLM leaves a stop token's text out of Text, so Text cannot tell.
-	EndOfTurn     bool   `msgpack:"eot,omitempty"`
-	Endpoint      string `msgpack:"ep"`
+	EndOfTurn bool   `msgpack:"eot,omitempty"`
+	Endpoint  string `msgpack:"ep"`
+	// PolicyVersion is the fleet's policy version (PolicyState.Version) the tokens were
+	// generated under.
 	PolicyVersion int64  `msgpack:"pv,omitempty"`
 	Error         string `msgpack:"err,omitempty"`
 	Code          string `msgpack:"c,omitempty"`
@@ -250,15 +263,21 @@ type StepEvent struct {
 	// on from its last completed turn. A resumed attempt republishes the
 	// steps it continues under its own attempt number, so that each attempt
 	// is complete on its own.
-	Resumed       int32  `msgpack:"rs,omitempty"`
-	EnvState      []byte `msgpack:"st,omitempty"` // JSON snapshot of the env after this step
-	Endpoint      string `msgpack:"ep,omitempty"`
-	PolicyVersion int64  `msgpack:"pv,omitempty"`
+	Resumed  int32  `msgpack:"rs,omitempty"`
+	EnvState []byte `msgpack:"st,omitempty"` // JSON snapshot of the env after this step
+	Endpoint string `msgpack:"ep,omitempty"`
+	// PolicyVersion is the policy version this turn's action was generated under.
+	PolicyVersion int64 `msgpack:"pv,omitempty"`
+	// Restarts counts how often the episode was played again from its start because its
+	// policy moved on too far (StaleRestart); the steps are those of the latest play.
+	Restarts int32 `msgpack:"rst,omitempty"`
+	// Stale is set once the episode went past its max_staleness and played on (StaleKeep).
+	Stale         bool   `msgpack:"sto,omitempty"`
 	GenerateNanos int64  `msgpack:"gn,omitempty"`
 	StepNanos     int64  `msgpack:"sn,omitempty"`
 	Error         string `msgpack:"err,omitempty"` // the episode failed at this turn; the collector emits a Failure
 	// FailureKind is the kind of the Failure an Error step asks for: FailureEpisode (empty
-	// means it) or FailurePromptTooLong.
+	// means it), FailurePromptTooLong or FailureStale.
 	FailureKind string `msgpack:"fk,omitempty"`
 }
 
@@ -292,10 +311,22 @@ type Trajectory struct {
 	Turns             int32              `msgpack:"tn" json:"turns"`
 	StepRewards       []float64          `msgpack:"sr" json:"step_rewards"`
 	FinishReason      string             `msgpack:"fr" json:"finish_reason"`
-	PolicyVersions    []int64            `msgpack:"pv,omitempty" json:"policy_versions,omitempty"`
-	SubmitTime        int64              `msgpack:"ts" json:"submit_time_ns"`
-	DoneTime          int64              `msgpack:"dt" json:"done_time_ns"`
-	GenerateNanos     int64              `msgpack:"gn" json:"generate_ns"`
+	// PolicyVersions holds the policy version of each turn's action, one per action range
+	// (per sample in a single-turn style).
+	PolicyVersions []int64 `msgpack:"pv,omitempty" json:"policy_versions,omitempty"`
+	// SubmitVersion is the policy version current when the episode was submitted.
+	SubmitVersion int64 `msgpack:"sv,omitempty" json:"submit_policy_version"`
+	// Staleness is how far the policy moved on during the episode: the last turn's version
+	// minus the first's.
+	Staleness int64 `msgpack:"stl,omitempty" json:"staleness"`
+	// Stale marks an episode that went past its max_staleness and was kept (StaleKeep).
+	Stale bool `msgpack:"sto,omitempty" json:"stale"`
+	// Restarts counts the plays from the start the episode needed to stay within its
+	// max_staleness (StaleRestart).
+	Restarts      int32 `msgpack:"rst,omitempty" json:"restarts"`
+	SubmitTime    int64 `msgpack:"ts" json:"submit_time_ns"`
+	DoneTime      int64 `msgpack:"dt" json:"done_time_ns"`
+	GenerateNanos int64 `msgpack:"gn" json:"generate_ns"`
 	// ObsStyle is the observation style that produced the trajectory (ObsChat when empty).
 	ObsStyle string `msgpack:"os,omitempty" json:"obs_style"`
 	// Samples holds one single-turn sample per turn for a single-turn style; the top-level

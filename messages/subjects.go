@@ -197,6 +197,17 @@ func (s Subjects) DecidedAll() string { return s.subject("decided", ">") }
 // StreamDecided names the stream holding DecidedAll, e.g. "RF_DECIDED".
 func (s Subjects) StreamDecided() string { return s.stream("DECIDED") }
 
+// Control is the subject of the fleet's PolicyState, kept by the control stream:
+// <prefix>.control.policy. Only trainers publish on it.
+func (s Subjects) Control() string { return s.subject("control", "policy") }
+
+// ControlWorkers is the subject workers answer status requests on with a WorkerStatus:
+// <prefix>.control.workers. It is not stored.
+func (s Subjects) ControlWorkers() string { return s.subject("control", "workers") }
+
+// StreamControl names the stream keeping Control, e.g. "RF_CONTROL".
+func (s Subjects) StreamControl() string { return s.stream("CONTROL") }
+
 // NameToken makes an id usable in a consumer or file name, which allow no
 // '.', '*', '>', whitespace or path separators: a short id of other printable
 // ASCII bytes stays as it is, any other becomes its 64-bit FNV-1a hash in hex.

@@ -200,23 +200,20 @@ func (r *EpisodeRequest) validate() *ValidationError {
 		checkObsStyle(r.ObsStyle),
 		checkMessages(r.Messages),
 		checkNonNegative("task_index", r.TaskIndex),
-		checkPromptOverflow(r.PromptOverflow),
+		checkOneOf("prompt_overflow", r.PromptOverflow, PromptOverflows),
+		checkOneOf("stale_policy", r.StalePolicy, StalePolicies),
 	)
 }
 
-func checkPromptOverflow(po string) *ValidationError {
-	if po != "" && !slices.Contains(PromptOverflows, po) {
-		return invalid("prompt_overflow", "%.64q is not one of %v", po, PromptOverflows)
+// checkOneOf checks that an optional setting is empty or one of the values allowed.
+func checkOneOf(field, v string, allowed []string) *ValidationError {
+	if v != "" && !slices.Contains(allowed, v) {
+		return invalid(field, "%.64q is not one of %v", v, allowed)
 	}
 	return nil
 }
 
-func checkObsStyle(style string) *ValidationError {
-	if style != "" && !slices.Contains(ObsStyles, style) {
-		return invalid("obs_style", "%.64q is not one of %v", style, ObsStyles)
-	}
-	return nil
-}
+func checkObsStyle(style string) *ValidationError { return checkOneOf("obs_style", style, ObsStyles) }
 
 func checkMessages(msgs []ChatMessage) *ValidationError {
 	for i, m := range msgs {
@@ -245,6 +242,10 @@ func checkPositive(field string, n int32) *ValidationError {
 }
 
 func checkNonNegative(field string, n int32) *ValidationError {
+	return checkNonNegative64(field, int64(n))
+}
+
+func checkNonNegative64(field string, n int64) *ValidationError {
 	if n < 0 {
 		return invalid(field, "must be >= 0, got %d", n)
 	}
@@ -379,18 +380,20 @@ func checkFailureKind(kind, errText string) *ValidationError {
 		return nil
 	case errText == "":
 		return invalid("failure_kind", "%.64q on a step without an error", kind)
-	case kind != FailureEpisode && kind != FailurePromptTooLong:
-		return invalid("failure_kind", "%.64q is not one of %v", kind, []string{FailureEpisode, FailurePromptTooLong})
 	}
-	return nil
+	return checkOneOf("failure_kind", kind, stepFailureKinds)
 }
+
+// stepFailureKinds are the failure kinds an env worker's error step may ask for.
+var stepFailureKinds = []string{FailureEpisode, FailurePromptTooLong, FailureStale}
 
 // Validate checks a trajectory against the invariants that the record alone can show: V ==
 // Version; ids, env and the sample's place in its group as for EpisodeRequest; one rollout logprob
 // per observation token; action ranges sorted, non-overlapping, non-empty and inside the tokens;
 // logprobs exactly 0 outside the ranges and finite inside; one range and one step reward per turn;
 // reward equal to the step rewards summed left to right; reward, scores and extra_logs finite;
-// prompt_truncated_tokens ≥ 0, in a single-turn style the sum of the samples' counts.
+// prompt_truncated_tokens ≥ 0, in a single-turn style the sum of the samples' counts; restarts
+// ≥ 0; policy_versions empty or one per turn, never decreasing, with staleness their spread.
 func (t *Trajectory) Validate() error { return asError(t.validate().in("Trajectory")) }
 
 func (t *Trajectory) validate() *ValidationError {
@@ -408,6 +411,8 @@ func (t *Trajectory) validate() *ValidationError {
 		return invalid("turns", "must be >= 0, got %d", t.Turns)
 	case t.PromptTruncated < 0:
 		return invalid("prompt_truncated_tokens", "must be >= 0, got %d", t.PromptTruncated)
+	case t.Restarts < 0:
+		return invalid("restarts", "must be >= 0, got %d", t.Restarts)
 	}
 	if e := checkObsStyle(t.ObsStyle); e != nil {
 		return e
@@ -431,6 +436,7 @@ func (t *Trajectory) validate() *ValidationError {
 		return invalid("step_rewards", "%d step rewards for %d turns", len(t.StepRewards), t.Turns)
 	}
 	if e := first(
+		t.checkVersions(),
 		checkFinite("reward", t.Reward),
 		checkFinite("scores", t.Scores),
 		checkFiniteLogs("extra_logs", t.ExtraLogs),
@@ -443,6 +449,30 @@ func (t *Trajectory) validate() *ValidationError {
 	}
 	if t.Reward != sum {
 		return invalid("reward", "%v is not the sum of step_rewards %v", t.Reward, sum)
+	}
+	return nil
+}
+
+// checkVersions checks the policy versions: none, or one per turn, never decreasing, and the
+// staleness their spread.
+func (t *Trajectory) checkVersions() *ValidationError {
+	v := t.PolicyVersions
+	if len(v) == 0 {
+		if t.Staleness != 0 {
+			return invalid("staleness", "%d without policy_versions", t.Staleness)
+		}
+		return nil
+	}
+	if len(v) != int(t.Turns) {
+		return invalid("policy_versions", "%d versions for %d turns", len(v), t.Turns)
+	}
+	for i := 1; i < len(v); i++ {
+		if v[i] < v[i-1] {
+			return invalid("policy_versions", "turn %d's version %d is older than turn %d's %d", i, v[i], i-1, v[i-1])
+		}
+	}
+	if want := v[len(v)-1] - v[0]; t.Staleness != want {
+		return invalid("staleness", "%d, but the versions span %d", t.Staleness, want)
 	}
 	return nil
 }

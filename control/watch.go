@@ -1,0 +1,210 @@
+// Package control is rollfleet's control plane: the policy state a trainer
+// announces (the version of the weights the model servers serve, and pauses
+// while it swaps them) and the workers' answers about what they apply and
+// have in flight.
+//
+// The state is the last message on Subjects.Control, kept by the control
+// stream. Workers follow it with a Watcher; trainers change it with a
+// Client, whose Pause returns once no generation runs on a model server.
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// DefaultResync is how often a Watcher reads the stored state again, which
+// heals an announcement it missed while disconnected.
+const DefaultResync = 5 * time.Second
+
+// WatchOptions configures Watch. Zero values take the defaults noted.
+type WatchOptions struct {
+	// Subjects names the subjects (default prefix "rf").
+	Subjects messages.Subjects
+	// Resync is how often the stored state is read again (default
+	// DefaultResync).
+	Resync time.Duration
+	// Logger receives "fleet paused" and "fleet resumed" lines (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+// Watcher follows the fleet's policy state. Its methods are safe for
+// concurrent use.
+type Watcher struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	opts WatchOptions
+	log  *slog.Logger
+	sub  *nats.Subscription
+
+	mu      sync.Mutex
+	state   messages.PolicyState
+	changed chan struct{} // closed and replaced at each change
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// Watch reads the current policy state and follows it until Close. A
+// missing control stream or an unreachable server counts as the initial
+// state (version 0, running) until the stored state can be read.
+func Watch(ctx context.Context, nc *nats.Conn, opts WatchOptions) (*Watcher, error) {
+	if opts.Subjects.Prefix == "" {
+		opts.Subjects = messages.NewSubjects("")
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = DefaultResync
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	w := &Watcher{nc: nc, js: js, opts: opts, log: opts.Logger, changed: make(chan struct{}), done: make(chan struct{})}
+	// Subscribed before the first read, so no announcement falls between
+	// the two: whichever arrives later is ignored by its epoch.
+	w.sub, err = nc.Subscribe(opts.Subjects.Control(), func(m *nats.Msg) {
+		st, err := messages.Decode[messages.PolicyState](m.Data)
+		if err != nil {
+			w.log.Warn("malformed policy state", "err", err)
+			return
+		}
+		w.apply(st)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("control: subscribe %s: %w", opts.Subjects.Control(), err)
+	}
+	w.resync(ctx)
+	loop, stop := context.WithCancel(context.WithoutCancel(ctx))
+	w.stop = stop
+	go w.resyncLoop(loop)
+	return w, nil
+}
+
+// Close stops following the state; the last one known stays readable.
+func (w *Watcher) Close() {
+	w.stop()
+	<-w.done
+	_ = w.sub.Unsubscribe()
+}
+
+// State is the policy state the fleet is in, as far as this watcher knows.
+func (w *Watcher) State() messages.PolicyState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state
+}
+
+// Changed returns a channel closed at the next change of the state.
+func (w *Watcher) Changed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// WaitRunning returns the state once the fleet is not paused, at once when it
+// is not, or ctx's error.
+func (w *Watcher) WaitRunning(ctx context.Context) (messages.PolicyState, error) {
+	for {
+		w.mu.Lock()
+		st, ch := w.state, w.changed
+		w.mu.Unlock()
+		if !st.Paused {
+			return st, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return st, ctx.Err()
+		}
+	}
+}
+
+// apply takes st when it is newer than the state known.
+func (w *Watcher) apply(st *messages.PolicyState) {
+	w.mu.Lock()
+	if st.Epoch <= w.state.Epoch {
+		w.mu.Unlock()
+		return
+	}
+	was := w.state
+	w.state = *st
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+	switch {
+	case st.Paused && !was.Paused:
+		w.log.Info("fleet paused", "policy_version", st.Version, "on_pause", onPause(st.OnPause))
+	case !st.Paused && was.Paused:
+		w.log.Info("fleet resumed", "policy_version", st.Version)
+	case st.Version != was.Version:
+		w.log.Info("policy version changed", "policy_version", st.Version)
+	}
+}
+
+func (w *Watcher) resyncLoop(ctx context.Context) {
+	defer close(w.done)
+	t := time.NewTicker(w.opts.Resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.resync(ctx)
+		}
+	}
+}
+
+// resync reads the stored state and applies it if it is newer.
+func (w *Watcher) resync(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, w.opts.Resync)
+	defer cancel()
+	st, _, err := current(ctx, w.js, w.opts.Subjects)
+	if err != nil {
+		w.log.Debug("read policy state", "err", err)
+		return
+	}
+	w.apply(st)
+}
+
+// current reads the stored policy state and its stream sequence; with none
+// stored, the initial state and sequence 0.
+func current(ctx context.Context, js jetstream.JetStream, subj messages.Subjects) (*messages.PolicyState, uint64, error) {
+	stream, err := js.Stream(ctx, subj.StreamControl())
+	if err != nil {
+		return nil, 0, fmt.Errorf("control: stream %s: %w", subj.StreamControl(), err)
+	}
+	raw, err := stream.GetLastMsgForSubject(ctx, subj.Control())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return &messages.PolicyState{V: messages.Version}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("control: read %s: %w", subj.Control(), err)
+	}
+	st, err := messages.Decode[messages.PolicyState](raw.Data)
+	if err != nil {
+		return nil, 0, fmt.Errorf("control: stored policy state: %w", err)
+	}
+	return st, raw.Sequence, nil
+}
+
+// onPause is a state's OnPause with its default filled in.
+func onPause(s string) string {
+	if s == "" {
+		return messages.OnPauseFinish
+	}
+	return s
+}
