@@ -82,9 +82,10 @@ func TestFullStreamRefusesNewMessages(t *testing.T) {
 	}
 
 	for _, cfg := range bus.StreamConfigs(subj, bus.StreamOptions{}) {
-		// Decisions may age out oldest first (see StreamOptions.DecidedMaxAge).
+		// Decisions may age out oldest first (see StreamOptions.DecidedMaxAge),
+		// and the control stream keeps the last policy states.
 		discard := jetstream.DiscardNew
-		if cfg.Name == subj.StreamDecided() {
+		if cfg.Name == subj.StreamDecided() || cfg.Name == subj.StreamControl() {
 			discard = jetstream.DiscardOld
 		}
 		if cfg.Discard != discard || cfg.MaxBytes <= 0 || cfg.Storage != jetstream.FileStorage {
