@@ -94,7 +94,7 @@ func FuzzReadGame(f *testing.F) {
 		}
 		var st genState
 		st.prompt = Tokenizer{}.Encode(text)
-		generate(&st, &genParams{sampling: sp, maxTokens: 100})
+		generate(&st, &genParams{sampling: sp, maxTokens: 100}, newPolicy(DefaultSkill, DefaultWeightVersion))
 		if len(st.ids) == 0 || len(st.ids) != len(st.logp) {
 			t.Fatalf("%d ids, %d logprobs", len(st.ids), len(st.logp))
 		}
