@@ -223,11 +223,15 @@ func (s *Server) run(ctx context.Context, st *genState, gp *genParams) error {
 	defer s.leave()
 	s.running.Add(1)
 	defer s.running.Add(-1)
+	var begin time.Time
+	if s.opts.TokenLatency > 0 {
+		begin = time.Now()
+	}
 	generate(st, gp, pol)
 	if s.opts.TokenLatency > 0 {
 		// One wait for the whole response: nothing is streamed, so the
 		// client cannot tell it from a wait per token.
-		if err := s.simulateLatency(ctx, st, gp.topN, epoch); err != nil {
+		if err := s.simulateLatency(ctx, st, gp.topN, epoch, begin); err != nil {
 			return err
 		}
 	}
