@@ -43,10 +43,11 @@ type Options struct {
 	// further requests wait for a slot, as long as their context lasts.
 	MaxConcurrent int
 	// Record, when set, is called once per successful choice of
-	// /v1/completions and /v1/chat/completions with copies of the prompt and
-	// generated token ids, before the response is written and while the
-	// request still holds its generation slot. Tests use it to know exactly
-	// what was sampled.
+	// /v1/completions and /v1/chat/completions (one cut short by an
+	// abort-mode pause included, with the tokens it kept) with copies of the
+	// prompt and generated token ids, before the response is written and
+	// while the request still holds its generation slot. Tests use it to
+	// know exactly what was sampled.
 	Record func(prompt, generated []int32)
 	// Skill is the starting policy's logit for the planned token (see
 	// DefaultSkill): higher means fewer slips, a better policy. 0, a
