@@ -58,6 +58,7 @@ __all__ = [
     "parse_subject",
     "token",
     "parse_token",
+    "name_token",
 ]
 
 VERSION: Final = 1
@@ -821,3 +822,17 @@ def parse_token(tok: str) -> str:
         out.append(int(hexits, 16))
         i += 3
     return out.decode("utf-8", errors="surrogateescape")
+
+
+def name_token(s: str) -> str:
+    """Makes an id usable in a consumer name as Go's ``messages.NameToken`` does: an id of 1 to 32
+    bytes of printable ASCII other than ``.``, ``*``, ``>``, ``%``, ``/`` and ``\\`` stays as it
+    is; any other becomes the 16 hex digits of its 64-bit FNV-1a hash. ``rollout run`` names its
+    consumers ``run-<name_token(run)>-<trajectory|failure|group>``."""
+    b = s.encode("utf-8", errors="surrogateescape")
+    if 0 < len(b) <= 32 and not any(_escaped(c) or c in b"/\\" for c in b):
+        return s
+    h = 0xCBF29CE484222325
+    for c in b:
+        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"

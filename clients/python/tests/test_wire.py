@@ -179,6 +179,21 @@ class FixtureTest(unittest.TestCase):
             with self.subTest(tok=bad), self.assertRaises(wire.WireError):
                 wire.parse_token(bad)
 
+    def test_name_token(self) -> None:
+        # Values from Go's messages.NameToken.
+        cases = {
+            "run-7": "run-7",
+            "run/7 α": "13b4d2c8c40ed8d9",
+            "a.b": "e61d99190466522c",
+            "": "cbf29ce484222325",
+            "abcdefghijklmnopqrstuvwxyz012345": "abcdefghijklmnopqrstuvwxyz012345",
+            "abcdefghijklmnopqrstuvwxyz0123456": "a1d47233d209bd89",
+        }
+        for s, want in cases.items():
+            with self.subTest(s=s):
+                self.assertEqual(wire.name_token(s), want)
+        self.assertEqual(len(wire.name_token("a\\b")), 16)
+
 
 class UnpackTest(unittest.TestCase):
     """The generic msgpack decoder, on every format the Go encoder writes."""
