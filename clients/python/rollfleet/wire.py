@@ -164,11 +164,11 @@ class _Reader:
             raise self.error(self.off, f"truncated: {n} entries declared, {left} bytes left")
         return n
 
-    def array(self, n: int, depth: int) -> list[Any]:
+    def read_array(self, n: int, depth: int) -> list[Any]:
         self.count(n, 1)
         return [self.value(depth + 1) for _ in range(n)]
 
-    def map(self, n: int, depth: int) -> dict[Any, Any]:
+    def read_map(self, n: int, depth: int) -> dict[Any, Any]:
         self.count(n, 2)
         out: dict[Any, Any] = {}
         for _ in range(n):
@@ -179,7 +179,7 @@ class _Reader:
             out[k] = self.value(depth + 1)
         return out
 
-    def str(self, n: int) -> str:
+    def read_str(self, n: int) -> str:
         # Go strings may hold any bytes; invalid UTF-8 reads as U+FFFD, as Go's JSON writes it.
         return self.take(n).decode("utf-8", errors="replace")
 
@@ -196,11 +196,11 @@ class _Reader:
         if c >= 0xE0:  # negative fixint
             return c - 0x100
         if c <= 0x8F:
-            return self.map(c & 0x0F, depth)
+            return self.read_map(c & 0x0F, depth)
         if c <= 0x9F:
-            return self.array(c & 0x0F, depth)
+            return self.read_array(c & 0x0F, depth)
         if c <= 0xBF:
-            return self.str(c & 0x1F)
+            return self.read_str(c & 0x1F)
         if c == 0xC0:
             return None
         if c == 0xC2:
@@ -210,7 +210,7 @@ class _Reader:
         if c in (0xC4, 0xC5, 0xC6):  # bin 8/16/32
             return self.take(self.length(1 << (c - 0xC4)))
         if c in (0xD9, 0xDA, 0xDB):  # str 8/16/32
-            return self.str(self.length(1 << (c - 0xD9)))
+            return self.read_str(self.length(1 << (c - 0xD9)))
         if c == 0xCA:
             return struct.unpack(">f", self.take(4))[0]
         if c == 0xCB:
@@ -220,9 +220,9 @@ class _Reader:
         if 0xD0 <= c <= 0xD3:  # int 8/16/32/64
             return int.from_bytes(self.take(1 << (c - 0xD0)), "big", signed=True)
         if c in (0xDC, 0xDD):
-            return self.array(self.length(2 if c == 0xDC else 4), depth)
+            return self.read_array(self.length(2 if c == 0xDC else 4), depth)
         if c in (0xDE, 0xDF):
-            return self.map(self.length(2 if c == 0xDE else 4), depth)
+            return self.read_map(self.length(2 if c == 0xDE else 4), depth)
         if c in (0xC7, 0xC8, 0xC9) or 0xD4 <= c <= 0xD8:
             raise self.error(at, f"ext type (code 0x{c:02x}) is not part of rollfleet's wire format")
         raise self.error(at, f"invalid code 0x{c:02x}")
