@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
-	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
