@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -72,6 +73,13 @@ func (c *Client) Pause(ctx context.Context, onPause string) (messages.PolicyStat
 	if !slices.Contains(messages.OnPauses, onPause) {
 		return messages.PolicyState{}, fmt.Errorf("%w, not %q", ErrBadOnPause, onPause)
 	}
+	// The LLM workers answering before the pause must each answer after it
+	// too (or stay silent for a while: stopped), so that one slow to answer
+	// is not taken for drained.
+	known, err := c.Workers(ctx)
+	if err != nil {
+		return messages.PolicyState{}, err
+	}
 	st, err := c.announce(ctx, func(st *messages.PolicyState) error {
 		st.Paused, st.OnPause = true, onPause
 		return nil
@@ -79,7 +87,7 @@ func (c *Client) Pause(ctx context.Context, onPause string) (messages.PolicyStat
 	if err != nil {
 		return st, err
 	}
-	return st, c.waitDrained(ctx, st.Epoch)
+	return st, c.waitDrained(ctx, st.Epoch, known)
 }
 
 // Resume lets generation go on under the given policy version, which may
@@ -116,6 +124,9 @@ func (c *Client) announce(ctx context.Context, change func(*messages.PolicyState
 		_, err = c.js.Publish(ctx, c.subj.Control(), data, jetstream.WithExpectLastSequencePerSubject(seq))
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			if err := backoff(ctx); err != nil {
+				return *cur, err
+			}
 			continue
 		}
 		if err != nil {
@@ -129,24 +140,69 @@ func (c *Client) announce(ctx context.Context, change func(*messages.PolicyState
 		if err != nil {
 			return *cur, err
 		}
-		if stored.Epoch == next.Epoch && *stored != next {
-			continue
+		if stored.Epoch > next.Epoch || *stored == next {
+			return next, nil
 		}
-		return next, nil
+		if err := backoff(ctx); err != nil {
+			return *cur, err
+		}
 	}
 }
 
-// waitDrained returns once every LLM worker that answers applies the given
-// epoch (or a later one) and has no generation in flight.
-func (c *Client) waitDrained(ctx context.Context, epoch uint64) error {
+// backoff waits a short random time before an announcement is made again,
+// so that trainers racing each other do not collide again at once.
+func backoff(ctx context.Context) error {
+	t := time.NewTimer(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// silentPolls is how many status requests in a row an LLM worker may leave
+// unanswered before a pause takes it for stopped.
+const silentPolls = 8
+
+// waitDrained returns once every LLM worker applies the given epoch (or a
+// later one) and has no generation in flight: every one that answers, and
+// every one of known (those that answered before the pause) until it has
+// been silent for silentPolls requests in a row.
+func (c *Client) waitDrained(ctx context.Context, epoch uint64, known []messages.WorkerStatus) error {
+	silent := map[string]int{}
+	for _, w := range known {
+		if w.Kind == messages.WorkerLLM {
+			silent[w.ID] = 0
+		}
+	}
 	for {
 		workers, err := c.Workers(ctx)
 		if err != nil {
 			return err
 		}
-		busy := slices.ContainsFunc(workers, func(s messages.WorkerStatus) bool {
-			return s.Kind == messages.WorkerLLM && (s.Epoch < epoch || s.InFlight > 0)
-		})
+		busy := false
+		answered := map[string]bool{}
+		for _, s := range workers {
+			if s.Kind != messages.WorkerLLM {
+				continue
+			}
+			answered[s.ID] = true
+			silent[s.ID] = 0
+			busy = busy || s.Epoch < epoch || s.InFlight > 0
+		}
+		for id, n := range silent {
+			if answered[id] {
+				continue
+			}
+			if n+1 >= silentPolls {
+				delete(silent, id) // stopped, or cut off: it generates nothing
+				continue
+			}
+			silent[id] = n + 1
+			busy = true
+		}
 		if !busy {
 			return nil
 		}

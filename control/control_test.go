@@ -135,24 +135,34 @@ func TestConcurrentAnnouncementsKeepEveryEpoch(t *testing.T) {
 	c, _ := fleet(t)
 	ctx := t.Context()
 	const n = 20
-	errs := make(chan error, n)
-	for i := range n {
+	type result struct {
+		st  messages.PolicyState
+		err error
+	}
+	results := make(chan result, n)
+	for range n {
 		go func() {
-			_, err := c.Resume(ctx, int64(i%2))
-			errs <- err
+			st, err := c.Resume(ctx, 1)
+			results <- result{st, err}
 		}()
 	}
+	epochs := map[uint64]bool{}
 	for range n {
-		if err := <-errs; err != nil && !errors.Is(err, control.ErrVersionBackwards) {
-			t.Fatal(err)
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
 		}
+		if epochs[r.st.Epoch] {
+			t.Fatalf("two announcements stored as epoch %d", r.st.Epoch)
+		}
+		epochs[r.st.Epoch] = true
 	}
 	st, err := c.State(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Epoch == 0 || st.Epoch > n {
-		t.Fatalf("epoch %d after %d announcements", st.Epoch, n)
+	if st.Epoch != n || len(epochs) != n {
+		t.Fatalf("epoch %d after %d announcements, %d distinct epochs returned", st.Epoch, n, len(epochs))
 	}
 }
 
@@ -214,5 +224,61 @@ func TestPauseWaitsForTheWorkersToDrain(t *testing.T) {
 	defer cancel()
 	if _, err := c.Pause(short, messages.OnPauseAbort); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("pause that cannot drain: %v, want a deadline error", err)
+	}
+}
+
+// An LLM worker that answered before the pause and then falls silent is
+// waited for: a worker slow to answer is not taken for drained.
+func TestPauseWaitsForASilentWorker(t *testing.T) {
+	c, _, connect := fleetOn(t)
+	ctx := t.Context()
+	nc := connect("llm")
+	var answered atomic.Int64
+	var drained atomic.Bool
+	sub, err := nc.Subscribe(messages.NewSubjects("").ControlWorkers(), func(m *nats.Msg) {
+		// It answers the request before the announcement, busy, and then
+		// nothing until it has drained.
+		if answered.Load() > 0 && !drained.Load() {
+			return
+		}
+		answered.Add(1)
+		st := messages.WorkerStatus{V: messages.Version, Kind: messages.WorkerLLM, ID: "llm-slow", InFlight: 1}
+		if drained.Load() {
+			st.Epoch, st.InFlight = 1, 0
+		}
+		data, _ := messages.Marshal(&st)
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Pause(ctx, messages.OnPauseFinish)
+		done <- err
+	}()
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if st, err := c.State(ctx); err != nil || !st.Paused {
+			return fmt.Errorf("not paused yet (%v)", err)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Pause returned (%v) while a worker known to be busy was silent", err)
+	case <-time.After(3 * 100 * time.Millisecond): // a few polls, fewer than silentPolls
+	}
+	drained.Store(true)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Pause did not return once the worker drained")
 	}
 }

@@ -47,17 +47,22 @@ type Watcher struct {
 	log  *slog.Logger
 	sub  *nats.Subscription
 
-	mu      sync.Mutex
-	state   messages.PolicyState
-	changed chan struct{} // closed and replaced at each change
+	mu    sync.Mutex
+	state messages.PolicyState
+	// lastPause is the epoch of the latest paused state seen.
+	lastPause uint64
+	changed   chan struct{} // closed and replaced at each change
 
 	stop context.CancelFunc
 	done chan struct{}
 }
 
-// Watch reads the current policy state and follows it until Close. A
-// missing control stream or an unreachable server counts as the initial
-// state (version 0, running) until the stored state can be read.
+// Watch reads the current policy state and follows it until Close. It
+// returns only once the stored state is read (retrying while the stream is
+// unavailable, as during a leader election), or ctx's error: a worker that
+// started during a pause must not generate under weights being swapped. A
+// missing control stream, or one without a state, is the initial state
+// (version 0, running).
 func Watch(ctx context.Context, nc *nats.Conn, opts WatchOptions) (*Watcher, error) {
 	if opts.Subjects.Prefix == "" {
 		opts.Subjects = messages.NewSubjects("")
@@ -86,7 +91,10 @@ func Watch(ctx context.Context, nc *nats.Conn, opts WatchOptions) (*Watcher, err
 	if err != nil {
 		return nil, fmt.Errorf("control: subscribe %s: %w", opts.Subjects.Control(), err)
 	}
-	w.resync(ctx)
+	if err := w.first(ctx); err != nil {
+		_ = w.sub.Unsubscribe()
+		return nil, err
+	}
 	loop, stop := context.WithCancel(context.WithoutCancel(ctx))
 	w.stop = stop
 	go w.resyncLoop(loop)
@@ -112,6 +120,14 @@ func (w *Watcher) Changed() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.changed
+}
+
+// LastPause is the epoch of the latest paused state this watcher saw (0
+// for none): a request sent at an earlier epoch may have been held by it.
+func (w *Watcher) LastPause() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastPause
 }
 
 // WaitRunning returns the state once the fleet is not paused, at once when it
@@ -141,6 +157,9 @@ func (w *Watcher) apply(st *messages.PolicyState) {
 	}
 	was := w.state
 	w.state = *st
+	if st.Paused {
+		w.lastPause = st.Epoch
+	}
 	close(w.changed)
 	w.changed = make(chan struct{})
 	w.mu.Unlock()
@@ -165,6 +184,33 @@ func (w *Watcher) resyncLoop(ctx context.Context) {
 		case <-t.C:
 			w.resync(ctx)
 		}
+	}
+}
+
+// first reads the stored state, retrying with a growing delay until it
+// can, or ctx ends.
+func (w *Watcher) first(ctx context.Context) error {
+	delay := 50 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, w.opts.Resync)
+		st, _, err := current(rctx, w.js, w.opts.Subjects)
+		cancel()
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil // nobody announced anything: the initial state
+		}
+		if err == nil {
+			w.apply(st)
+			return nil
+		}
+		w.log.Warn("cannot read the fleet's policy state yet; waiting", "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("control: read the policy state: %w", err)
+		}
+		delay = min(2*delay, 2*time.Second)
 	}
 }
 
