@@ -348,6 +348,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return Summary{}, err
 	}
 	defer ctl.Close()
+	p.version.Store(ctl.State().Version) // before the first episode is made
 	watch.Go(func() { watchPolicy(watchCtx, ctl, p, opts.Policy) })
 	sub := newSubmitter(js, subj, p, opts.Ledger, opts.SubmitWindow)
 	submitErr := make(chan error, 1)

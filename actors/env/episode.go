@@ -437,6 +437,11 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		return nil, err
 	}
 	ev.GenerateNanos = time.Since(t0).Nanoseconds()
+	if rep.Error == "" {
+		if err := e.checkStale(rep.PolicyVersion); err != nil {
+			return nil, err
+		}
+	}
 	if rep.Error != "" {
 		if rep.Code == messages.CodeContextLength && e.turn > 0 {
 			// Out of context: the episode is over, truncated, with no new turn.
@@ -584,7 +589,6 @@ func request[T any, P interface {
 	Validate() error
 }](ctx context.Context, w *Worker, subject string, msg any, code func(*T) string) (*T, error) {
 	var last error
-	_, generate := msg.(*messages.GenerateRequest)
 	for attempt := 0; attempt < w.opts.RequestAttempts; attempt++ {
 		if attempt > 0 {
 			t := time.NewTimer(time.Duration(attempt*attempt) * 250 * time.Millisecond)
@@ -615,7 +619,7 @@ func request[T any, P interface {
 		if err != nil {
 			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 				last = err
-				held, err := w.heldByPause(ctx, generate, epoch)
+				held, err := w.heldByPause(ctx, epoch)
 				if err != nil {
 					return nil, err
 				}
@@ -636,7 +640,7 @@ func request[T any, P interface {
 		}
 		if code(rep) == messages.CodeUnavailable {
 			last = errors.New("no model endpoint could serve the request")
-			held, err := w.heldByPause(ctx, generate, epoch)
+			held, err := w.heldByPause(ctx, epoch)
 			if err != nil {
 				return nil, err
 			}

@@ -108,7 +108,8 @@ func (w *Worker) loadPriorRun(ctx context.Context, runID, id string, request uin
 				break
 			}
 		}
-		if best == nil || len(run.steps) > len(best.steps) || len(run.steps) == len(best.steps) && r.last > bestLast {
+		if best == nil || laterPlay(run, best) || samePlay(run, best) &&
+			(len(run.steps) > len(best.steps) || len(run.steps) == len(best.steps) && r.last > bestLast) {
 			best, bestLast = run, r.last
 		}
 	}
@@ -120,6 +121,15 @@ func (w *Worker) loadPriorRun(ctx context.Context, runID, id string, request uin
 	}
 	return best, nil
 }
+
+// laterPlay reports whether a started the episode over (for staleness)
+// more often than b: the play b abandoned is never resumed, however long.
+func laterPlay(a, b *priorRun) bool { return a.restarts() > b.restarts() }
+
+func samePlay(a, b *priorRun) bool { return a.restarts() == b.restarts() }
+
+// restarts is how often the episode had started over when the run played.
+func (r *priorRun) restarts() int32 { return r.steps[len(r.steps)-1].Restarts }
 
 // resume continues the episode from an earlier run's last completed turn:
 // the game is restored from that step's snapshot, the token history rebuilt

@@ -334,6 +334,11 @@ func TestLoadPriorRun(t *testing.T) {
 		{"the furthest run wins", func(id string) []*messages.StepEvent {
 			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, false), step(id, 1, 2, false), step(id, 2, 0, false)}
 		}, 3, false, false},
+		{"a play started over for staleness wins over the longer one it abandoned", func(id string) []*messages.StepEvent {
+			restarted := step(id, 1, 0, false)
+			restarted.Run, restarted.Restarts = "second-play", 1
+			return []*messages.StepEvent{step(id, 1, 0, false), step(id, 1, 1, false), step(id, 1, 2, false), restarted}
+		}, 1, false, false},
 		{"attempts above the bound decide nothing", func(id string) []*messages.StepEvent {
 			return []*messages.StepEvent{step(id, 1, 0, false), step(id, messages.MaxAttempts+1, 0, true)}
 		}, 1, false, false},

@@ -22,23 +22,31 @@ var errRestart = errors.New("restart under the current policy")
 // episode's staleness bound: a turn after the first starts only while the
 // fleet's policy version minus the first turn's is at most max_staleness.
 func (e *episode) beforeTurn(ctx context.Context) error {
-	st, err := e.w.waitRunning(ctx)
+	st, err := e.waitRunning(ctx)
 	if err != nil {
 		return err
 	}
+	return e.checkStale(st.Version)
+}
+
+// checkStale applies the staleness bound to a turn under policy version v:
+// before the turn with the fleet's version, and again with the version its
+// action was generated under, which a pause while the request waited may
+// have moved on.
+func (e *episode) checkStale(v int64) error {
 	if !e.versioned || e.stale {
 		return nil
 	}
 	bound, policy := e.w.staleness(e.req)
-	if bound < 0 || st.Version-e.firstVersion <= int64(bound) {
+	if bound < 0 || v-e.firstVersion <= int64(bound) {
 		return nil
 	}
-	why := fmt.Sprintf("policy moved from version %d (first turn) to %d, past max_staleness %d", e.firstVersion, st.Version, bound)
+	why := fmt.Sprintf("policy moved from version %d (first turn) to %d, past max_staleness %d", e.firstVersion, v, bound)
 	switch {
 	case policy == messages.StaleKeep:
 		e.stale = true
 		return nil
-	case policy == messages.StaleRestart && e.restarts < int32(e.w.opts.MaxRestarts):
+	case policy == messages.StaleRestart && e.restarts < int32(max(e.w.opts.MaxRestarts, 0)):
 		e.w.log.Debug("episode restarted", "episode", e.req.EpisodeID, "turn", e.turn, "reason", why)
 		return errRestart
 	case policy == messages.StaleRestart:
@@ -83,6 +91,31 @@ func (w *Worker) staleness(req *messages.EpisodeRequest) (int32, string) {
 	return bound, policy
 }
 
+// waitRunning holds the episode's turn while the fleet is paused. A worker
+// shutting down meanwhile hands the episode back (errStopped) rather than
+// wait for a resume.
+func (e *episode) waitRunning(ctx context.Context) (messages.PolicyState, error) {
+	if st := e.w.ctl.State(); !st.Paused {
+		return st, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.halt:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	st, err := e.w.waitRunning(ctx)
+	select {
+	case <-e.halt:
+		return st, fmt.Errorf("%w while the fleet was paused", errStopped)
+	default:
+	}
+	return st, err
+}
+
 // waitRunning returns the policy state once the fleet is not paused,
 // counting the wait as a held turn.
 func (w *Worker) waitRunning(ctx context.Context) (messages.PolicyState, error) {
@@ -94,12 +127,13 @@ func (w *Worker) waitRunning(ctx context.Context) (messages.PolicyState, error) 
 	return w.ctl.WaitRunning(ctx)
 }
 
-// heldByPause reports whether a generate request that timed out, or came
-// back unavailable, was held by a pause: the fleet paused, or is paused,
-// since the policy state of the given epoch. It then waits for the resume;
-// such an attempt was not lost and does not count.
-func (w *Worker) heldByPause(ctx context.Context, generate bool, epoch uint64) (bool, error) {
-	if st := w.ctl.State(); !generate || !st.Paused && st.Epoch == epoch {
+// heldByPause reports whether a request that timed out, or came back
+// unavailable, was held by a pause: the fleet is paused, or paused after
+// the policy state of the given epoch. It then waits for the resume; such
+// an attempt was not lost and does not count. (A tokenization can wait
+// behind held generations too.)
+func (w *Worker) heldByPause(ctx context.Context, epoch uint64) (bool, error) {
+	if !w.ctl.State().Paused && w.ctl.LastPause() <= epoch {
 		return false, nil
 	}
 	_, err := w.waitRunning(ctx)

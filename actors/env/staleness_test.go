@@ -20,7 +20,8 @@ import (
 )
 
 // gatedModel is the stand-in model whose completions wait until the gate
-// opens, each announcing itself on entered first.
+// opens (or a value on gate lets one through), each announcing itself on
+// entered first.
 type gatedModel struct {
 	url     string
 	gate    chan struct{}
@@ -29,7 +30,7 @@ type gatedModel struct {
 
 func newGatedModel(t *testing.T) *gatedModel {
 	t.Helper()
-	m := &gatedModel{gate: make(chan struct{}), entered: make(chan struct{}, 64)}
+	m := &gatedModel{gate: make(chan struct{}), entered: make(chan struct{}, 1024)}
 	toy := toyllm.New(toyllm.Options{}).Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/completions" {
@@ -219,5 +220,30 @@ func TestPauseWithEpisodesInFlight(t *testing.T) {
 				replay(t, tr)
 			}
 		})
+	}
+}
+
+// A turn after the first whose generation a pause moved to a newer version
+// is held to the bound by the version it was generated under: with bound
+// 0, an abort that regenerates turn 1 under version 1 drops the episode at
+// turn 1.
+func TestStalenessOfATurnAcrossAPause(t *testing.T) {
+	f := newSteered(t)
+	bound := int32(0)
+	f.submit(episodeRequest("across", func(r *messages.EpisodeRequest) {
+		r.MaxStaleness, r.StalePolicy = &bound, messages.StaleDrop
+	}))
+	f.model.waitEntered(t, 1)
+	f.model.gate <- struct{}{} // turn 0, under version 0
+	f.model.waitEntered(t, 1)  // turn 1 reaches the model, and waits
+	if _, err := f.ctl.Pause(t.Context(), messages.OnPauseAbort); err != nil {
+		t.Fatal(err)
+	}
+	f.resume(1)
+	close(f.model.gate) // turn 1 again, under version 1
+	o := gatherOutcomes(t, f.js, f.coll, 1)["across"]
+	if o.failure == nil || o.failure.Kind != messages.FailureStale || o.failure.Turn != 1 ||
+		!strings.Contains(o.failure.Reason, "to 1, past max_staleness 0") {
+		t.Fatalf("outcome %+v / %+v, want a stale failure at turn 1", o.failure, o.traj)
 	}
 }

@@ -88,7 +88,7 @@ type Options struct {
 	StalePolicy string
 	// MaxRestarts bounds the restarts of one episode under
 	// messages.StaleRestart; past it, the episode is dropped as stale
-	// (default 3).
+	// (0 means the default, 3; negative means none).
 	MaxRestarts int
 	// ID names the worker in status answers (default "env-" and a unique
 	// suffix).
@@ -132,7 +132,7 @@ func (o *Options) setDefaults() {
 	if o.StalePolicy == "" {
 		o.StalePolicy = messages.StaleDrop
 	}
-	if o.MaxRestarts <= 0 {
+	if o.MaxRestarts == 0 {
 		o.MaxRestarts = 3
 	}
 	if o.ID == "" {

@@ -14,6 +14,10 @@ import (
 // status request can see that none is left.
 type generations struct {
 	ctl *control.Watcher
+	// stop ends with the worker's Run: a request held by a pause is then
+	// answered unavailable (its requester tries again after the resume)
+	// instead of keeping the worker from stopping.
+	stop context.Context
 
 	mu    sync.Mutex
 	calls map[*generation]struct{}
@@ -27,8 +31,8 @@ type generation struct {
 	aborted atomic.Bool
 }
 
-func newGenerations(ctl *control.Watcher) *generations {
-	return &generations{ctl: ctl, calls: make(map[*generation]struct{})}
+func newGenerations(stop context.Context, ctl *control.Watcher) *generations {
+	return &generations{ctl: ctl, stop: stop, calls: make(map[*generation]struct{})}
 }
 
 // begin waits until the fleet runs and registers a generation under the
@@ -61,6 +65,9 @@ func (g *generations) wait(ctx context.Context) (messages.PolicyState, error) {
 	}
 	g.held.Add(1)
 	defer g.held.Add(-1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(g.stop, cancel)()
 	return g.ctl.WaitRunning(ctx)
 }
 

@@ -148,7 +148,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("llm: %w", err)
 	}
 	defer ctl.Close()
-	w.gens = newGenerations(ctl)
+	w.gens = newGenerations(ctx, ctl)
 	status, err := control.ServeStatus(w.nc, w.opts.Subjects, w.status)
 	if err != nil {
 		return fmt.Errorf("llm: %w", err)
@@ -358,7 +358,7 @@ func (w *Worker) generateReply(ctx context.Context, req *messages.GenerateReques
 		gen, gctx, version, err := w.gens.begin(ctx)
 		if err != nil {
 			w.expired.Add(1)
-			return generateFailed("the fleet was paused until the request's deadline", messages.CodeUnavailable)
+			return generateFailed("held by the fleet's pause until the request's deadline or the worker's stop", messages.CodeUnavailable)
 		}
 		rep := w.generateOnce(gctx, req)
 		w.gens.end(gen)

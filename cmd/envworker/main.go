@@ -44,11 +44,20 @@ func main() {
 		w, err := envactor.New(p.NC, p.JS, envactor.Options{
 			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote,
 			AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, RequestTimeout: c.RequestTimeout, Logger: p.Log,
-			MaxStaleness: &c.MaxStaleness, StalePolicy: c.StalePolicy, MaxRestarts: c.MaxRestarts,
+			MaxStaleness: &c.MaxStaleness, StalePolicy: c.StalePolicy, MaxRestarts: restarts(c.MaxRestarts),
 		})
 		if err != nil {
 			return err
 		}
 		return w.Run(p.Ctx)
 	})
+}
+
+// restarts maps --max-restarts to Options.MaxRestarts, where 0 means the
+// default: a flag of 0 allows none.
+func restarts(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -132,6 +133,9 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		}
 	}()
 	if term.IsTerminal(int(os.Stderr.Fd())) {
+		// The progress, the policy and the stream watchers call from their
+		// own goroutines.
+		var mu sync.Mutex
 		var bar *progressbar.ProgressBar
 		full, paused := "", ""
 		newBar := func(total int) {
@@ -141,12 +145,16 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 		}
 		opts.Progress = func(done, total int) {
+			mu.Lock()
+			defer mu.Unlock()
 			if bar == nil {
 				newBar(total)
 			}
 			_ = bar.Set(done)
 		}
 		opts.Full = func(kinds []string) {
+			mu.Lock()
+			defer mu.Unlock()
 			full = ""
 			for _, k := range kinds {
 				full += " [" + k + " stream full: no consumer is reading]"
@@ -156,6 +164,8 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 			}
 		}
 		opts.Policy = func(st messages.PolicyState) {
+			mu.Lock()
+			defer mu.Unlock()
 			paused = ""
 			if st.Paused {
 				paused = fmt.Sprintf(" [paused for a weight update, policy v%d]", st.Version)
