@@ -125,6 +125,11 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 	control.MaxMsgsPerSubject = ControlHistory
 	control.AllowDirect = true
 	control.Duplicates = opts.StepsDuplicateWindow
+	// Trainers' batches: each batch's manifest and its readers' progress
+	// marks, one message per subject (a mark made again counts once), kept
+	// as long as the outcomes they describe may wait.
+	batches := limits(subj.StreamBatches(), subj.BatchesAll(), opts.OutputMaxAge)
+	batches.MaxMsgsPerSubject = 1
 	return []jetstream.StreamConfig{
 		episodes,
 		steps,
@@ -133,6 +138,7 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 		output(subj.StreamGroups(), subj.GroupsAll()),
 		output(subj.StreamFailures(), subj.FailuresAll()),
 		control,
+		batches,
 	}
 }
 

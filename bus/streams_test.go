@@ -189,8 +189,8 @@ func TestEnsureStreamsRetentionMismatch(t *testing.T) {
 }
 
 // The output streams are work queues (a record is freed once its reader
-// acknowledges it); the steps, decisions and control streams keep their
-// limits.
+// acknowledges it); the steps, decisions, control and batches streams keep
+// their limits.
 func TestStreamRetention(t *testing.T) {
 	subj := messages.NewSubjects("")
 	want := map[string]jetstream.RetentionPolicy{
@@ -201,6 +201,7 @@ func TestStreamRetention(t *testing.T) {
 		subj.StreamGroups():       jetstream.WorkQueuePolicy,
 		subj.StreamFailures():     jetstream.WorkQueuePolicy,
 		subj.StreamControl():      jetstream.LimitsPolicy,
+		subj.StreamBatches():      jetstream.LimitsPolicy,
 	}
 	cfgs := bus.StreamConfigs(subj, bus.StreamOptions{})
 	if len(cfgs) != len(want) {
@@ -209,6 +210,9 @@ func TestStreamRetention(t *testing.T) {
 	for _, cfg := range cfgs {
 		if r, ok := want[cfg.Name]; !ok || cfg.Retention != r {
 			t.Errorf("%s: retention %v, want %v", cfg.Name, cfg.Retention, r)
+		}
+		if cfg.Name == subj.StreamBatches() && (cfg.MaxMsgsPerSubject != 1 || cfg.MaxAge != 7*24*time.Hour || cfg.Subjects[0] != "rf.batches.>") {
+			t.Errorf("%s: %d messages per subject, max age %v, subjects %v; want 1, 7 days, rf.batches.>", cfg.Name, cfg.MaxMsgsPerSubject, cfg.MaxAge, cfg.Subjects)
 		}
 	}
 }
