@@ -25,6 +25,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
+	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -450,6 +451,14 @@ func TestAuthConfRoles(t *testing.T) {
 		}
 	}
 
+	// A second env worker and a second LLM worker: every one answers a
+	// status request.
+	for _, user := range []string{"envworker", "llmworker"} {
+		nc, _, log := connectAs(t, url, user)
+		conns[user+" 2"], logs[user+" 2"] = nc, log
+	}
+	testControlRoles(t, ctx, subj, conns)
+
 	for role, nc := range conns {
 		if err := nc.Flush(); err != nil {
 			t.Errorf("%s: %v", role, err)
@@ -460,6 +469,103 @@ func TestAuthConfRoles(t *testing.T) {
 		if errs := logs[role].Lines(); len(errs) > 0 {
 			t.Errorf("%s: refused: %q", role, errs)
 		}
+	}
+}
+
+// testControlRoles drives the control plane under the roles' users: the env
+// and LLM workers follow the policy state and answer status requests, the
+// collector and the trainer follow it too, and the trainer pauses the fleet
+// (waiting for the LLM worker), lists the workers and resumes it under a new
+// version. The connections are the roles', by user name, and a second env
+// and LLM worker's ("envworker 2", "llmworker 2").
+func testControlRoles(t *testing.T, ctx context.Context, subj messages.Subjects, conns map[string]*nats.Conn) {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	// No resync within the test: each announcement must arrive by
+	// subscription (the LLM worker's through the stream import), and each
+	// read of the stored state is the one at start.
+	watch := func(role string) *control.Watcher {
+		t.Helper()
+		// A refused read leaves the initial state, after this wait.
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		w, err := control.Watch(wctx, conns[role], control.WatchOptions{Subjects: subj, Resync: time.Hour, Logger: quiet})
+		if err != nil {
+			t.Fatalf("%s: watch: %v", role, err)
+		}
+		t.Cleanup(w.Close)
+		return w
+	}
+	watchers := map[string]*control.Watcher{}
+	for _, role := range []string{"envworker", "envworker 2", "llmworker", "llmworker 2", "collector", "trainer"} {
+		watchers[role] = watch(role)
+	}
+	for _, w := range []struct{ role, kind, id string }{
+		{"envworker", messages.WorkerEnv, "env-1"},
+		{"envworker 2", messages.WorkerEnv, "env-2"},
+		{"llmworker", messages.WorkerLLM, "llm-1"},
+		{"llmworker 2", messages.WorkerLLM, "llm-2"},
+	} {
+		ctl := watchers[w.role]
+		sub, err := control.ServeStatus(conns[w.role], subj, func() messages.WorkerStatus {
+			st := ctl.State()
+			return messages.WorkerStatus{Kind: w.kind, ID: w.id, Epoch: st.Epoch, Version: st.Version, Paused: st.Paused}
+		})
+		if err != nil {
+			t.Fatalf("%s: serve status: %v", w.role, err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		if err := conns[w.role].Flush(); err != nil { // the server has the subscription
+			t.Fatal(err)
+		}
+	}
+
+	c, err := control.NewClient(conns["trainer"], subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pause returns once the LLM workers answer that they apply it.
+	if _, err := c.Pause(ctx, messages.OnPauseFinish); err != nil {
+		t.Fatalf("trainer: pause: %v", err)
+	}
+	// One request, answered by every worker, in both accounts.
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		workers, err := c.Workers(ctx)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, w := range workers {
+			got = append(got, fmt.Sprintf("%s/%s epoch %d paused %v", w.Kind, w.ID, w.Epoch, w.Paused))
+		}
+		want := []string{
+			"llm/llm-1 epoch 1 paused true", "llm/llm-2 epoch 1 paused true",
+			"env/env-1 epoch 1 paused true", "env/env-2 epoch 1 paused true",
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("trainer: workers %q, want %q", got, want)
+		}
+		return nil
+	})
+	if _, err := c.Resume(ctx, 1); err != nil {
+		t.Fatalf("trainer: resume: %v", err)
+	}
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		for role, w := range watchers {
+			if st := w.State(); st.Version != 1 || st.Paused || st.Epoch != 2 {
+				return fmt.Errorf("%s: state %+v, want epoch 2, version 1, running", role, st)
+			}
+		}
+		return nil
+	})
+	// A worker that starts now reads the stored state at once.
+	for _, role := range []string{"envworker", "llmworker", "collector", "trainer"} {
+		if st := watch(role).State(); st.Version != 1 || st.Paused || st.Epoch != 2 {
+			t.Errorf("%s: late watcher's state %+v, want epoch 2, version 1, running", role, st)
+		}
+	}
+	if st, err := c.State(ctx); err != nil || st.Version != 1 {
+		t.Errorf("trainer: state %+v, %v", st, err)
 	}
 }
 
@@ -510,6 +616,16 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		{"gateway", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
 		{"gateway", subj.Groups("run-1", "chat")},
 		{"gateway", subj.Failures("run-1", messages.FailureMalformed)},
+		// Only the trainer (and the admin) announce the policy state and
+		// ask the workers for their status.
+		{"envworker", subj.Control()},
+		{"llmworker", subj.Control()},
+		{"collector", subj.Control()},
+		{"gateway", subj.Control()},
+		{"envworker", subj.ControlWorkers()},
+		{"llmworker", subj.ControlWorkers()},
+		{"collector", subj.ControlWorkers()},
+		{"gateway", subj.ControlWorkers()},
 	} {
 		t.Run(tc.role+" publishes "+tc.subject, func(t *testing.T) {
 			nc, _, _ := connectAs(t, url, tc.role)
@@ -521,13 +637,33 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 	}
 
 	t.Run("a refused JetStream publish is never acknowledged", func(t *testing.T) {
-		_, js, _ := connectAs(t, url, "trainer")
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		if _, err := js.Publish(pctx, subj.Steps("run-1", "e1"), []byte("forged")); !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("publish: got %v, want no acknowledgement (deadline exceeded)", err)
+		for role, subject := range map[string]string{
+			"trainer":   subj.Steps("run-1", "e1"),
+			"envworker": subj.Control(),
+		} {
+			_, js, _ := connectAs(t, url, role)
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			if _, err := js.Publish(pctx, subject, []byte("forged")); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: publish %s: got %v, want no acknowledgement (deadline exceeded)", role, subject, err)
+			}
+			cancel()
+			denied(t, js.Conn(), "publish", subject)
 		}
-		denied(t, js.Conn(), "publish", subj.Steps("run-1", "e1"))
+	})
+
+	t.Run("workers read the control stream by its subject only", func(t *testing.T) {
+		for role, api := range map[string]string{
+			"envworker": "$JS.API.DIRECT.GET." + subj.StreamControl(),
+			"llmworker": "$JS.API.STREAM.MSG.GET." + subj.StreamControl(),
+			"collector": "$JS.API.DIRECT.GET." + subj.StreamControl() + "." + subj.ControlWorkers(),
+			"gateway":   "$JS.API.DIRECT.GET." + subj.StreamControl() + "." + subj.Control(),
+		} {
+			nc, _, _ := connectAs(t, url, role)
+			if err := nc.PublishRequest(api, nc.NewRespInbox(), []byte(`{"seq":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			denied(t, nc, "publish", api)
+		}
 	})
 
 	t.Run("roles do not administer streams", func(t *testing.T) {
@@ -550,6 +686,8 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 			"envworker": subj.TrajectoriesAll(),
 			"collector": subj.Generate(),
 			"trainer":   subj.StepsAll(),
+			// status requests are the workers'
+			"gateway": subj.ControlWorkers(),
 		} {
 			nc, _, _ := connectAs(t, url, role)
 			if _, err := nc.SubscribeSync(subject); err != nil {
@@ -570,13 +708,15 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		denied(t, nc, "subscription", subj.Generate())
 	})
 
-	t.Run("the LLM worker answers only requests it received", func(t *testing.T) {
-		nc, _, _ := connectAs(t, url, "llmworker")
-		inbox := nats.NewInbox()
-		if err := nc.Publish(inbox, []byte("unsolicited")); err != nil {
-			t.Fatal(err)
+	t.Run("the workers answer only requests they received", func(t *testing.T) {
+		for _, role := range []string{"llmworker", "envworker"} {
+			nc, _, _ := connectAs(t, url, role)
+			inbox := nats.NewInbox()
+			if err := nc.Publish(inbox, []byte("unsolicited")); err != nil {
+				t.Fatal(err)
+			}
+			denied(t, nc, "publish", inbox)
 		}
-		denied(t, nc, "publish", inbox)
 	})
 
 	// Nothing of the above reached a stream, and every stream is there.

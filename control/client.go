@@ -121,6 +121,17 @@ func (c *Client) announce(ctx context.Context, change func(*messages.PolicyState
 		if err != nil {
 			return *cur, fmt.Errorf("control: announce policy state: %w", err)
 		}
+		// The acknowledgement travels to an inbox that other clients with
+		// response rights could answer first: the state stored is read
+		// back, and an announcement whose epoch holds another state was
+		// refused after all, and is made again.
+		stored, _, err := current(ctx, c.js, c.subj)
+		if err != nil {
+			return *cur, err
+		}
+		if stored.Epoch == next.Epoch && *stored != next {
+			continue
+		}
 		return next, nil
 	}
 }

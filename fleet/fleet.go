@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,7 @@ import (
 	envactor "github.com/rollfleet/rollfleet/actors/env"
 	"github.com/rollfleet/rollfleet/actors/llm"
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/nemogym"
@@ -123,6 +125,16 @@ type Options struct {
 	GroupsOut io.Writer
 	// Progress is called after every finished episode.
 	Progress func(done, total int)
+	// MaxStaleness, when set, bounds how far the policy may move on during
+	// an episode (see messages.EpisodeRequest.MaxStaleness); nil leaves the
+	// env workers' default. StalePolicy is what happens past the bound
+	// (messages.StaleDrop, StaleRestart or StaleKeep; empty leaves the env
+	// workers' default).
+	MaxStaleness *int32
+	StalePolicy  string
+	// Policy is called with the fleet's policy state at the start and at
+	// each change (a pause, a resume, a new version).
+	Policy func(messages.PolicyState)
 	// Full is called when the set of output streams that refuse records for
 	// being full changes ("trajectory", "failure", "group"): the run waits
 	// for a reader, and says so.
@@ -329,6 +341,14 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var watch sync.WaitGroup
 	watch.Go(func() { watchFull(watchCtx, js, subj, coll, opts) })
+	ctl, err := control.Watch(ctx, nc, control.WatchOptions{Subjects: subj, Logger: opts.Logger})
+	if err != nil {
+		stopWatch()
+		watch.Wait()
+		return Summary{}, err
+	}
+	defer ctl.Close()
+	watch.Go(func() { watchPolicy(watchCtx, ctl, p, opts.Policy) })
 	sub := newSubmitter(js, subj, p, opts.Ledger, opts.SubmitWindow)
 	submitErr := make(chan error, 1)
 	watch.Go(func() { submitErr <- sub.run(watchCtx, g.waitDecided) })
@@ -501,6 +521,9 @@ type plan struct {
 	envIDs []string // --env's ids, taken in turn by prompts without an env
 	groups int
 	now    int64 // submit time of every episode
+	// version is the fleet's policy version as the episodes are made: each
+	// records the one of its submission.
+	version atomic.Int64
 }
 
 // total is the number of episodes.
@@ -621,6 +644,7 @@ func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 		Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
 		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: int32(g % max(len(p.rows), 1)),
 		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now, PromptOverflow: opts.PromptOverflow,
+		SubmitVersion: p.version.Load(), MaxStaleness: opts.MaxStaleness, StalePolicy: opts.StalePolicy,
 	}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/actors/collector"
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -427,6 +428,25 @@ func (s *submitter) run(ctx context.Context, waitDecided func(context.Context, i
 		}
 	}
 	return await()
+}
+
+// watchPolicy keeps the plan's policy version current, for the episodes
+// made from now on, and reports each change of the policy state, the first
+// at once.
+func watchPolicy(ctx context.Context, ctl *control.Watcher, p *plan, report func(messages.PolicyState)) {
+	for {
+		changed := ctl.Changed()
+		st := ctl.State()
+		p.version.Store(st.Version)
+		if report != nil {
+			report(st)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // watchInterval is how often the output streams are checked for being full.

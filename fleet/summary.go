@@ -44,6 +44,14 @@ type Summary struct {
 	// Started reports that the episodes were submitted: a run that returns
 	// an error before has written nothing.
 	Started bool
+	// StaleDropped counts episodes dropped for going past their
+	// max_staleness (failures of kind messages.FailureStale),
+	// StaleRestarted trajectories played again from the start for it,
+	// StaleKept those that went past it and were kept.
+	StaleDropped, StaleRestarted, StaleKept int
+	// Staleness counts trajectories by staleness (how far the policy moved
+	// on during the episode).
+	Staleness map[int64]int
 	// Groups after dynamic filtering (only when the collector ran here).
 	FilterOn                                     bool
 	GroupsKept, GroupsFiltered, GroupsIncomplete int
@@ -134,6 +142,9 @@ func (s Summary) String() string {
 	if s.PromptTruncated > 0 {
 		fmt.Fprintf(&b, " prompt_truncated=%d", s.PromptTruncated)
 	}
+	if s.StaleDropped+s.StaleRestarted+s.StaleKept > 0 {
+		fmt.Fprintf(&b, " stale_dropped=%d stale_restarted=%d stale_kept=%d", s.StaleDropped, s.StaleRestarted, s.StaleKept)
+	}
 	if s.Duplicates > 0 {
 		fmt.Fprintf(&b, " duplicate_outcomes=%d", s.Duplicates)
 	}
@@ -205,6 +216,18 @@ func (s *Summary) countTrajectory(t *messages.Trajectory) {
 		s.Successes++
 		e.Successes++
 	}
+	if t.Restarts > 0 {
+		s.StaleRestarted++
+	}
+	if t.Stale {
+		s.StaleKept++
+	}
+	if len(t.PolicyVersions) > 0 {
+		if s.Staleness == nil {
+			s.Staleness = map[int64]int{}
+		}
+		s.Staleness[t.Staleness]++
+	}
 }
 
 func (s *Summary) countTokens(toks messages.Tokens, actions messages.Ranges) {
@@ -219,6 +242,9 @@ func (s *Summary) countFailure(f *messages.Failure) {
 	s.Failures++
 	s.FailureReasons[f.Reason]++
 	s.FailureKinds[f.Kind]++
+	if f.Kind == messages.FailureStale {
+		s.StaleDropped++
+	}
 	if f.Env != "" {
 		s.env(f.Env).Failures++
 	}

@@ -286,9 +286,7 @@ func (l *lease) record(prompt []int32, reply *messages.GenerateReply, promptText
 	seg.ranges = append(seg.ranges, messages.Range{Start: int32(start), End: int32(len(seg.tokens))})
 	seg.finishes = append(seg.finishes, reply.FinishReason)
 	seg.genNanos += genNanos
-	if v := reply.PolicyVersion; v != 0 && (len(seg.versions) == 0 || seg.versions[len(seg.versions)-1] != v) {
-		seg.versions = append(seg.versions, v)
-	}
+	seg.versions = append(seg.versions, reply.PolicyVersion)
 	return rec
 }
 
@@ -360,6 +358,7 @@ func (l *lease) trajectories(o *outcome, now time.Time) []messages.Trajectory {
 			StepRewards:       steps,
 			FinishReason:      last,
 			PolicyVersions:    seg.versions,
+			Staleness:         messages.Staleness(seg.versions),
 			SubmitTime:        seg.start.UnixNano(),
 			DoneTime:          now.UnixNano(),
 			GenerateNanos:     seg.genNanos,

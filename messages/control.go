@@ -1,5 +1,7 @@
 package messages
 
+import "slices"
+
 // Settings of PolicyState.OnPause: what a pause does to generations already running on the
 // model servers.
 const (
@@ -27,6 +29,15 @@ const (
 
 // StalePolicies lists the settings of EpisodeRequest.StalePolicy, the default first.
 var StalePolicies = []string{StaleDrop, StaleRestart, StaleKeep}
+
+// Staleness is how far the policy moved on during an episode whose turns had the given
+// versions: the newest turn's version minus the first's (0 without turns).
+func Staleness(versions []int64) int64 {
+	if len(versions) == 0 {
+		return 0
+	}
+	return slices.Max(versions) - versions[0]
+}
 
 // PolicyState is the fleet's policy as the trainer announced it: the version of the weights the
 // model servers serve and whether generation is paused (while the weights are swapped). It is

@@ -316,8 +316,8 @@ type Trajectory struct {
 	PolicyVersions []int64 `msgpack:"pv,omitempty" json:"policy_versions,omitempty"`
 	// SubmitVersion is the policy version current when the episode was submitted.
 	SubmitVersion int64 `msgpack:"sv,omitempty" json:"submit_policy_version"`
-	// Staleness is how far the policy moved on during the episode: the last turn's version
-	// minus the first's.
+	// Staleness is how far the policy moved on during the episode: the newest turn's version
+	// minus the first's (see the function Staleness).
 	Staleness int64 `msgpack:"stl,omitempty" json:"staleness"`
 	// Stale marks an episode that went past its max_staleness and was kept (StaleKeep).
 	Stale bool `msgpack:"sto,omitempty" json:"stale"`

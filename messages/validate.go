@@ -393,7 +393,7 @@ var stepFailureKinds = []string{FailureEpisode, FailurePromptTooLong, FailureSta
 // logprobs exactly 0 outside the ranges and finite inside; one range and one step reward per turn;
 // reward equal to the step rewards summed left to right; reward, scores and extra_logs finite;
 // prompt_truncated_tokens ≥ 0, in a single-turn style the sum of the samples' counts; restarts
-// ≥ 0; policy_versions empty or one per turn, never decreasing, with staleness their spread.
+// ≥ 0; policy_versions empty or one per turn, with staleness as Staleness computes it.
 func (t *Trajectory) Validate() error { return asError(t.validate().in("Trajectory")) }
 
 func (t *Trajectory) validate() *ValidationError {
@@ -453,8 +453,9 @@ func (t *Trajectory) validate() *ValidationError {
 	return nil
 }
 
-// checkVersions checks the policy versions: none, or one per turn, never decreasing, and the
-// staleness their spread.
+// checkVersions checks the policy versions: none, or one per turn, and the staleness what they
+// say (see Staleness). Versions may step back: a worker that has not yet seen an update tags
+// with the version before it.
 func (t *Trajectory) checkVersions() *ValidationError {
 	v := t.PolicyVersions
 	if len(v) == 0 {
@@ -466,13 +467,8 @@ func (t *Trajectory) checkVersions() *ValidationError {
 	if len(v) != int(t.Turns) {
 		return invalid("policy_versions", "%d versions for %d turns", len(v), t.Turns)
 	}
-	for i := 1; i < len(v); i++ {
-		if v[i] < v[i-1] {
-			return invalid("policy_versions", "turn %d's version %d is older than turn %d's %d", i, v[i], i-1, v[i-1])
-		}
-	}
-	if want := v[len(v)-1] - v[0]; t.Staleness != want {
-		return invalid("staleness", "%d, but the versions span %d", t.Staleness, want)
+	if want := Staleness(v); t.Staleness != want {
+		return invalid("staleness", "%d, but the versions say %d", t.Staleness, want)
 	}
 	return nil
 }

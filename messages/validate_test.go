@@ -159,7 +159,7 @@ func TestValidateRejects(t *testing.T) {
 		{"Trajectory.turns", with(sampleTrajectory, func(tr *Trajectory) { tr.Turns = -1 })},
 		{"Trajectory.action_ranges", with(sampleTrajectory, func(tr *Trajectory) { tr.Turns = 3 })},
 		{"Trajectory.policy_versions", with(sampleTrajectory, func(tr *Trajectory) { tr.PolicyVersions = []int64{5} })},
-		{"Trajectory.policy_versions", with(sampleTrajectory, func(tr *Trajectory) { tr.PolicyVersions = []int64{5, 4} })},
+		{"Trajectory.staleness", with(sampleTrajectory, func(tr *Trajectory) { tr.PolicyVersions = []int64{5, 7} })},
 		{"Trajectory.staleness", with(sampleTrajectory, func(tr *Trajectory) { tr.Staleness = 1 })},
 		{"Trajectory.staleness", with(sampleTrajectory, func(tr *Trajectory) { tr.PolicyVersions, tr.Staleness = nil, 1 })},
 		{"Trajectory.restarts", with(sampleTrajectory, func(tr *Trajectory) { tr.Restarts = -1 })},

@@ -125,8 +125,8 @@ func TestCompletionsTokenIDStrings(t *testing.T) {
 // expectedLogprobs recomputes the logprob of each generated token from the
 // documented definition: the plan the policy derives from the seed, the
 // dense logits of each step, and the sampling rules applied to the whole
-// vocabulary.
-func expectedLogprobs(prompt []int32, seed uint64, sp samplingParams, ids []int32) []float64 {
+// vocabulary, with the planned token's logit skill.
+func expectedLogprobs(prompt []int32, seed uint64, sp samplingParams, skill float64, ids []int32) []float64 {
 	game := readGame([]byte(Tokenizer{}.Decode(prompt)))
 	var rng rand.PCG
 	rng.Seed(seed, planStream)
@@ -138,7 +138,7 @@ func expectedLogprobs(prompt []int32, seed uint64, sp samplingParams, ids []int3
 		if i < len(plan) {
 			planned = plan[i]
 		}
-		want[i] = naiveLogprobs(denseLogits(planned), sp)[id]
+		want[i] = naiveLogprobs(denseLogits(planned, skill), sp)[id]
 	}
 	return want
 }
@@ -152,7 +152,7 @@ func TestLogprobsMatchRecomputation(t *testing.T) {
 			body := map[string]any{"prompt": prompt, "max_tokens": 120, "seed": seed, "logprobs": 0,
 				"return_token_ids": true, "temperature": sp.temperature, "top_p": sp.topP, "top_k": sp.topK, "min_p": sp.minP}
 			ch := c.complete(body).Choices[0]
-			want := expectedLogprobs(prompt, seed, sp, ch.TokenIDs)
+			want := expectedLogprobs(prompt, seed, sp, DefaultSkill, ch.TokenIDs)
 			for i, got := range ch.Logprobs.TokenLogprobs {
 				if float64(float32(got)) != got {
 					t.Errorf("%+v seed %d token %d: logprob %v is not a float32 value", sp, seed, i, got)

@@ -16,7 +16,22 @@
 //	POST /detokenize
 //	GET  /v1/models
 //	GET  /health               200 with an empty body
-//	GET  /metrics              vLLM's running and waiting request gauges
+//	GET  /metrics              vLLM's running and waiting request gauges,
+//	                           and the policy's skill, weight version and
+//	                           pause state
+//
+// and the endpoints of vLLM 0.16+'s development mode that a trainer calls
+// to sync weights (vLLM serves them with VLLM_SERVER_DEV_MODE=1):
+//
+//	POST /pause                mode=abort|wait|keep: hold new generations
+//	                           and abort, wait for or freeze those in flight
+//	POST /resume
+//	GET  /is_paused
+//	POST /update_weights       {"update_info": {"skill": 9.5,
+//	                           "weight_version": "step-3"}}
+//	POST /start_weight_update  holds new generations until
+//	POST /finish_weight_update {"weight_version": ...}, optional
+//	GET  /weight_info          {"weight_version": ...}
 //
 // # Tokens
 //
@@ -43,13 +58,28 @@
 // always bisects.
 //
 // Each token is then sampled from an explicit distribution over the whole
-// vocabulary: the planned token has logit 14, its plausible slips (a
+// vocabulary: the planned token has logit skill (DefaultSkill, 14, unless
+// Options.Skill or an update says otherwise), its plausible slips (a
 // neighbouring digit, the other letter case, ...) logit 6 and every other
 // token logit 0, before the request's sampling settings apply. The logprob
 // returned for a token is its true log-probability under the distribution it
 // was sampled from, in float32, so importance ratios computed from it are
 // exact. With a seed, a request always gets the same reply; without one, the
 // reply is random.
+//
+// # Weights
+//
+// The policy's one parameter is its skill, in (0, MaxSkill]: the higher,
+// the fewer slips, so a trainer that raises it through /update_weights sees
+// rewards rise. vLLM's update_info describes tensors sent over NCCL; the
+// stand-in's carries "skill" and an optional "weight_version", and refuses
+// other keys. An update applies to generations that start after it; one in
+// flight keeps the policy it started with, so that its logprobs stay those
+// of the distribution it sampled from. While paused, new generation
+// requests wait as long as their context lasts and count as waiting in
+// /metrics. An abort-mode pause answers the generations in flight with
+// finish_reason "abort" and the tokens their latency had produced; at zero
+// Options.TokenLatency a generation finishes before an abort can reach it.
 //
 // # Load
 //

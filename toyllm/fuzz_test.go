@@ -21,6 +21,7 @@ var fuzzBodies = []string{
 	`{"tokens":[1,2,258]}`,
 	`{"prompt":"<|im_start|>","return_token_strs":true}`,
 	`{`, `[]`, `null`, `{"prompt":null}`, `{"prompt":[-0]}`,
+	`{"update_info":{"skill":8.5,"weight_version":"step-1"}}`, `{"weight_version":"v2"}`,
 }
 
 // fuzzServer answers fuzzed requests; its small window keeps generation short.
@@ -50,7 +51,9 @@ func FuzzCompletionsRequest(f *testing.F) {
 
 // FuzzOtherEndpoints sends arbitrary bodies to the other POST endpoints.
 func FuzzOtherEndpoints(f *testing.F) {
-	paths := []string{"/v1/chat/completions", "/tokenize", "/detokenize"}
+	// /start_weight_update and /pause are left out: they would hold the
+	// generation requests that follow.
+	paths := []string{"/v1/chat/completions", "/tokenize", "/detokenize", "/update_weights", "/finish_weight_update"}
 	for i, b := range fuzzBodies {
 		f.Add(uint8(i), []byte(b))
 	}
@@ -94,7 +97,7 @@ func FuzzReadGame(f *testing.F) {
 		}
 		var st genState
 		st.prompt = Tokenizer{}.Encode(text)
-		generate(&st, &genParams{sampling: sp, maxTokens: 100})
+		generate(&st, &genParams{sampling: sp, maxTokens: 100}, newPolicy(DefaultSkill, DefaultWeightVersion))
 		if len(st.ids) == 0 || len(st.ids) != len(st.logp) {
 			t.Fatalf("%d ids, %d logprobs", len(st.ids), len(st.logp))
 		}

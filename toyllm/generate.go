@@ -89,7 +89,8 @@ func (st *genState) oversized() bool {
 //
 // The policy first decides a plan from the conversation (see choosePlan);
 // then each token is sampled from the step's distribution (see newDist and
-// the logits described at planLogit). The logprob reported for a token is
+// the logits described at DefaultSkill), with the step levels of pol, the
+// policy the generation started with. The logprob reported for a token is
 // the true log-probability of that token under the distribution it was
 // sampled from, after temperature, min-p, top-k and top-p, computed in
 // float64 and rounded to float32 as a GPU engine returns it. With temperature
@@ -103,7 +104,7 @@ func (st *genState) oversized() bool {
 // strings, checked on the output text (stop_reason the string). A stop token
 // is part of the output ids, but its text is left out of the output text
 // unless includeStop is set.
-func generate(st *genState, gp *genParams) {
+func generate(st *genState, gp *genParams, pol *policy) {
 	st.text = appendDecode(st.text[:0], st.prompt, false)
 	game := readGame(st.text)
 
@@ -128,9 +129,11 @@ func generate(st *genState, gp *genParams) {
 	}
 	st.plan = append(st.plan, ImEndID)
 
-	var dists [len(stepLevels)]dist
-	for i, lv := range stepLevels {
-		dists[i] = newDist(lv, &gp.sampling)
+	// The normalisers depend on the request's sampling settings, so they
+	// are computed once per request from the policy's precomputed levels.
+	var dists [len(pol.table)]dist
+	for i := range pol.table {
+		dists[i] = newDist(pol.table[i].get(), &gp.sampling)
 	}
 
 	st.ids, st.logp, st.tops, st.offsets, st.out = st.ids[:0], st.logp[:0], st.tops[:0], st.offsets[:0], st.out[:0]
@@ -140,13 +143,14 @@ func generate(st *genState, gp *genParams) {
 		if step < len(st.plan) {
 			planned = st.plan[step]
 		}
-		d := &dists[shapes[planned].nSlips]
+		nSlips := shapes[planned].nSlips
+		d, sl := &dists[nSlips], &pol.table[nSlips]
 		lvl, m := d.sample(&gp.sampling, &tokRNG)
-		tok := stepToken(planned, lvl, m)
+		tok := stepToken(planned, sl.groups[lvl], m)
 		st.ids = append(st.ids, tok)
 		st.logp = append(st.logp, float64(float32(d.logp[lvl])))
 		if gp.topN > 0 {
-			st.tops = appendTop(st.tops, d, planned, gp.topN)
+			st.tops = appendTop(st.tops, d, sl, planned, gp.topN)
 		}
 		st.offsets = append(st.offsets, int32(len(st.out)))
 
@@ -180,10 +184,10 @@ func generate(st *genState, gp *genParams) {
 // appendTop appends the n most likely tokens of a step, most likely first
 // and ties in id order; tokens removed by the filters come last with logp
 // -Inf.
-func appendTop(dst []alt, d *dist, planned int32, n int) []alt {
+func appendTop(dst []alt, d *dist, sl *stepLevels, planned int32, n int) []alt {
 	for lvl := 0; lvl < d.n && n > 0; lvl++ {
 		for m := 0; m < d.count[lvl] && n > 0; m++ {
-			dst = append(dst, alt{stepToken(planned, lvl, m), float64(float32(d.logp[lvl]))})
+			dst = append(dst, alt{stepToken(planned, sl.groups[lvl], m), float64(float32(d.logp[lvl]))})
 			n--
 		}
 	}

@@ -312,15 +312,33 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 // handleMetrics serves vLLM's two scheduler gauges in Prometheus' text
-// format, which load-aware routers read.
+// format, which load-aware routers read, and the stand-in's own: its skill,
+// its weight version (as a label of an info gauge) and whether generation
+// is held.
 func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
-	label := `{model_name="` + labelEscaper.Replace(s.opts.Model) + `"}`
+	s.mu.Lock()
+	pol, held := s.gate.pol, s.gate.held()
+	s.mu.Unlock()
+	model := labelEscaper.Replace(s.opts.Model)
+	label := `{model_name="` + model + `"}`
+	paused := 0
+	if held {
+		paused = 1
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = fmt.Fprintf(w, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"+
 		"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running%s %d.0\n"+
 		"# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"+
-		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s %d.0\n",
-		label, s.running.Load(), label, s.waiting.Load())
+		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s %d.0\n"+
+		"# HELP toyllm:skill The policy's logit for the planned token.\n"+
+		"# TYPE toyllm:skill gauge\ntoyllm:skill%s %s\n"+
+		"# HELP toyllm:weight_info The current weight version, as a label.\n"+
+		"# TYPE toyllm:weight_info gauge\ntoyllm:weight_info{model_name=\"%s\",weight_version=\"%s\"} 1.0\n"+
+		"# HELP toyllm:is_paused Whether new generations are held by a pause or a weight update.\n"+
+		"# TYPE toyllm:is_paused gauge\ntoyllm:is_paused%s %d.0\n",
+		label, s.running.Load(), label, s.waiting.Load(),
+		label, strconv.FormatFloat(pol.skill, 'g', -1, 64),
+		model, labelEscaper.Replace(pol.version), label, paused)
 }
 
 // appendHeader appends the fields every generation response starts with.

@@ -12,14 +12,20 @@ import (
 // (the next token of its planned response, or <|im_end|> once the plan is
 // used up). Its logits over the whole vocabulary are:
 //
-//	planLogit  for the planned token,
+//	skill      for the planned token (DefaultSkill unless weights were
+//	           loaded: see Server.UpdateWeights),
 //	slipLogit  for the planned token's plausible slips (see slipsOf),
 //	0          for every other token.
 //
 // A sampled token that is not the planned one replaces it: generation goes on
 // with the next planned token, so a slip shows up as a typo.
 const (
-	planLogit = 14.0
+	// DefaultSkill is the planned token's logit when Options.Skill is 0.
+	DefaultSkill = 14.0
+	// MaxSkill bounds the skill: beyond it slips are so rare (below e^-24
+	// per token) that a higher value changes nothing a test can see, and
+	// exp stays far from overflow.
+	MaxSkill  = 30.0
 	slipLogit = 6.0
 )
 
@@ -83,23 +89,73 @@ func buildShapes() *[VocabSize]stepShape {
 	return &t
 }
 
-// stepLevels holds the logit levels of a step, by number of slips of the
-// planned token.
-var stepLevels = [3][]level{
-	{{planLogit, 1}, {0, VocabSize - 1}},
-	{{planLogit, 1}, {slipLogit, 1}, {0, VocabSize - 2}},
-	{{planLogit, 1}, {slipLogit, 2}, {0, VocabSize - 3}},
+// tokenGroup says which tokens of a step a level holds.
+type tokenGroup uint8
+
+const (
+	groupPlanned      tokenGroup = iota // the planned token
+	groupSlips                          // its slips, in id order
+	groupPlannedSlips                   // both, in id order, when skill equals slipLogit
+	groupRest                           // every other token, in id order
+)
+
+// stepLevels are the logit levels of a step with a given number of slips,
+// sorted by strictly decreasing logit as newDist requires, and the token
+// group of each level.
+type stepLevels struct {
+	n      int
+	levels [3]level
+	groups [3]tokenGroup
 }
 
-// stepToken returns the token of member m of level lvl in the step whose
-// planned token is planned. Members of a level are in id order.
-func stepToken(planned int32, lvl, m int) int32 {
+// get returns the levels as a slice of the table's own array, allocating
+// nothing.
+func (sl *stepLevels) get() []level { return sl.levels[:sl.n] }
+
+// policyTable is the policy's step levels for one skill, by number of slips
+// of the planned token. It is computed once per weight update, so that a
+// generation only looks it up.
+type policyTable [3]stepLevels
+
+// newPolicyTable builds the step levels for skill (> 0). The planned level
+// is above the slips for skill > slipLogit, below them for a smaller skill,
+// and merged with them at slipLogit, since newDist needs distinct logits.
+func newPolicyTable(skill float64) policyTable {
+	var t policyTable
+	for nSlips := range len(t) {
+		sl := &t[nSlips]
+		add := func(logit float64, count int, g tokenGroup) {
+			sl.levels[sl.n], sl.groups[sl.n] = level{logit, count}, g
+			sl.n++
+		}
+		switch {
+		case nSlips == 0:
+			add(skill, 1, groupPlanned)
+		case skill > slipLogit:
+			add(skill, 1, groupPlanned)
+			add(slipLogit, nSlips, groupSlips)
+		case skill == slipLogit:
+			add(skill, 1+nSlips, groupPlannedSlips)
+		default:
+			add(slipLogit, nSlips, groupSlips)
+			add(skill, 1, groupPlanned)
+		}
+		add(0, VocabSize-1-nSlips, groupRest)
+	}
+	return t
+}
+
+// stepToken returns the token of member m of a level of group g in the step
+// whose planned token is planned. Members of a level are in id order.
+func stepToken(planned int32, g tokenGroup, m int) int32 {
 	s := &shapes[planned]
-	switch {
-	case lvl == 0:
+	switch g {
+	case groupPlanned:
 		return planned
-	case lvl == 1 && s.nSlips > 0:
+	case groupSlips:
 		return s.slips[m]
+	case groupPlannedSlips:
+		return s.excl[m]
 	}
 	id := int32(m)
 	for _, e := range s.excl[:1+s.nSlips] {

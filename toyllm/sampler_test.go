@@ -8,13 +8,13 @@ import (
 )
 
 // denseLogits writes out a step's logits over the whole vocabulary, as the
-// package documentation defines them.
-func denseLogits(planned int32) []float64 {
+// package documentation defines them, for a policy of the given skill.
+func denseLogits(planned int32, skill float64) []float64 {
 	l := make([]float64, VocabSize)
 	for _, s := range slipsOf(planned) {
 		l[s] = slipLogit
 	}
-	l[planned] = planLogit
+	l[planned] = skill
 	return l
 }
 
@@ -119,30 +119,38 @@ var samplingCases = []samplingParams{
 	{temperature: 4, topP: 0.95, topK: 40, minP: 0.05},
 }
 
+// testSkills are skills above, at and below slipLogit, where the planned
+// token's level moves relative to its slips'.
+var testSkills = []float64{DefaultSkill, MaxSkill, 8, slipLogit, 3, 0.25}
+
 // TestDistMatchesDense checks the level-based distribution against the
 // dense computation, for every token of the vocabulary.
 func TestDistMatchesDense(t *testing.T) {
-	for _, sp := range samplingCases {
-		for _, planned := range []int32{'5', 'a', '#', '\\', ImEndID} {
-			want := naiveLogprobs(denseLogits(planned), sp)
-			d := newDist(stepLevels[shapes[planned].nSlips], &sp)
-			seen := make([]bool, VocabSize)
-			for lvl := range d.n {
-				for m := range d.count[lvl] {
-					tok := stepToken(planned, lvl, m)
-					if seen[tok] {
-						t.Fatalf("planned %d: token %d appears twice", planned, tok)
-					}
-					seen[tok] = true
-					got := d.logp[lvl]
-					if math.IsInf(want[tok], -1) != math.IsInf(got, -1) ||
-						(!math.IsInf(got, -1) && math.Abs(got-want[tok]) > 1e-9) {
-						t.Errorf("%+v planned %d token %d: logp %v, dense %v", sp, planned, tok, got, want[tok])
+	for _, skill := range testSkills {
+		table := newPolicyTable(skill)
+		for _, sp := range samplingCases {
+			for _, planned := range []int32{'5', 'a', '#', '\\', ImEndID} {
+				want := naiveLogprobs(denseLogits(planned, skill), sp)
+				sl := &table[shapes[planned].nSlips]
+				d := newDist(sl.get(), &sp)
+				seen := make([]bool, VocabSize)
+				for lvl := range d.n {
+					for m := range d.count[lvl] {
+						tok := stepToken(planned, sl.groups[lvl], m)
+						if seen[tok] {
+							t.Fatalf("skill %g planned %d: token %d appears twice", skill, planned, tok)
+						}
+						seen[tok] = true
+						got := d.logp[lvl]
+						if math.IsInf(want[tok], -1) != math.IsInf(got, -1) ||
+							(!math.IsInf(got, -1) && math.Abs(got-want[tok]) > 1e-9) {
+							t.Errorf("skill %g %+v planned %d token %d: logp %v, dense %v", skill, sp, planned, tok, got, want[tok])
+						}
 					}
 				}
-			}
-			if slices.Contains(seen, false) {
-				t.Errorf("planned %d: the levels do not cover the vocabulary", planned)
+				if slices.Contains(seen, false) {
+					t.Errorf("skill %g planned %d: the levels do not cover the vocabulary", skill, planned)
+				}
 			}
 		}
 	}
@@ -151,7 +159,8 @@ func TestDistMatchesDense(t *testing.T) {
 // TestDistSampling checks that draws follow the distribution.
 func TestDistSampling(t *testing.T) {
 	sp := samplingParams{temperature: 3, topP: 1}
-	d := newDist(stepLevels[2], &sp)
+	table := newPolicyTable(DefaultSkill)
+	d := newDist(table[2].get(), &sp)
 	var rng rand.PCG
 	rng.Seed(1, 2)
 	const draws = 200_000
@@ -178,7 +187,8 @@ func TestDistSampling(t *testing.T) {
 
 func TestDistGreedy(t *testing.T) {
 	sp := samplingParams{temperature: 0, topP: 1}
-	d := newDist(stepLevels[1], &sp)
+	table := newPolicyTable(DefaultSkill)
+	d := newDist(table[1].get(), &sp)
 	var rng rand.PCG
 	for range 100 {
 		if lvl, m := d.sample(&sp, &rng); lvl != 0 || m != 0 {

@@ -43,11 +43,20 @@ type Options struct {
 	// further requests wait for a slot, as long as their context lasts.
 	MaxConcurrent int
 	// Record, when set, is called once per successful choice of
-	// /v1/completions and /v1/chat/completions with copies of the prompt and
-	// generated token ids, before the response is written and while the
-	// request still holds its generation slot. Tests use it to know exactly
-	// what was sampled.
+	// /v1/completions and /v1/chat/completions (one cut short by an
+	// abort-mode pause included, with the tokens it kept) with copies of the
+	// prompt and generated token ids, before the response is written and
+	// while the request still holds its generation slot. Tests use it to
+	// know exactly what was sampled.
 	Record func(prompt, generated []int32)
+	// Skill is the starting policy's logit for the planned token (see
+	// DefaultSkill): higher means fewer slips, a better policy. 0, a
+	// negative value or NaN means DefaultSkill; above MaxSkill, MaxSkill.
+	// POST /update_weights changes it.
+	Skill float64
+	// WeightVersion is the starting weight version that GET /weight_info
+	// reports. Default DefaultWeightVersion.
+	WeightVersion string
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -67,6 +76,10 @@ type Server struct {
 	running atomic.Int64
 	waiting atomic.Int64
 
+	// mu guards gate: pausing, weight updates and the current policy.
+	mu   sync.Mutex
+	gate gate
+
 	idPrefix uint64
 	idSeq    atomic.Uint64
 	states   sync.Pool
@@ -84,6 +97,10 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.Skill = initialSkill(opts.Skill)
+	if opts.WeightVersion == "" {
+		opts.WeightVersion = DefaultWeightVersion
+	}
 	s := &Server{
 		opts: opts,
 		log:  opts.Logger,
@@ -95,6 +112,8 @@ func New(opts Options) *Server {
 		idPrefix:  rand.Uint64(),
 	}
 	s.states.New = func() any { return new(genState) }
+	s.gate.pol = newPolicy(opts.Skill, opts.WeightVersion)
+	s.gate.changed = make(chan struct{})
 	if opts.MaxConcurrent > 0 {
 		s.slots = make(chan struct{}, opts.MaxConcurrent)
 	}
@@ -106,6 +125,13 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	mux.HandleFunc("POST /pause", s.handlePause)
+	mux.HandleFunc("POST /resume", s.handleResume)
+	mux.HandleFunc("GET /is_paused", s.handleIsPaused)
+	mux.HandleFunc("POST /update_weights", s.handleUpdateWeights)
+	mux.HandleFunc("POST /start_weight_update", s.handleStartWeightUpdate)
+	mux.HandleFunc("POST /finish_weight_update", s.handleFinishWeightUpdate)
+	mux.HandleFunc("GET /weight_info", s.handleWeightInfo)
 	s.handler = mux
 	return s
 }
@@ -173,35 +199,41 @@ func (s *Server) acquire(ctx context.Context) error {
 			}
 		}
 	}
-	s.running.Add(1)
 	return nil
 }
 
 // release gives back the slot taken by acquire.
 func (s *Server) release() {
-	s.running.Add(-1)
 	if s.slots != nil {
 		<-s.slots
 	}
 }
 
-// run generates the response of one request inside a generation slot,
+// run generates the response of one request inside a generation slot, once
+// generation is not paused, with the policy current when it starts;
 // simulates its latency and reports it to Options.Record.
 func (s *Server) run(ctx context.Context, st *genState, gp *genParams) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
 	defer s.release()
-	generate(st, gp)
-	if d := s.opts.TokenLatency; d > 0 {
+	pol, epoch, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.leave()
+	s.running.Add(1)
+	defer s.running.Add(-1)
+	var begin time.Time
+	if s.opts.TokenLatency > 0 {
+		begin = time.Now()
+	}
+	generate(st, gp, pol)
+	if s.opts.TokenLatency > 0 {
 		// One wait for the whole response: nothing is streamed, so the
 		// client cannot tell it from a wait per token.
-		t := time.NewTimer(time.Duration(len(st.ids)) * d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return vllmapi.StatusError(http.StatusServiceUnavailable, "request cancelled during generation: %w", ctx.Err())
+		if err := s.simulateLatency(ctx, st, gp.topN, epoch, begin); err != nil {
+			return err
 		}
 	}
 	if s.opts.Record != nil {

@@ -46,7 +46,7 @@ type Completion struct {
 	TokenIDs     []int32
 	Logprobs     []float32 // the sampled token's logprob, aligned with TokenIDs
 	Text         string
-	FinishReason string // "stop" | "length" | other engine values passed through
+	FinishReason string // "stop" | "length" | "abort" (ended by a pause) | other engine values passed through
 	StopReason   string // "" when null; the decimal id for a stop token, the string for a stop string
 	PromptTokens int    // usage.prompt_tokens
 }

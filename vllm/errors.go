@@ -11,7 +11,8 @@ import (
 )
 
 // Sentinel errors. Errors returned by a Client wrap at most one of the
-// first two kinds (plus ErrContextLength for a too-long prompt); match them
+// first two kinds (plus ErrContextLength for a too-long prompt, or
+// ErrNotSupported for a weight-update endpoint the server lacks); match them
 // with errors.Is.
 var (
 	// ErrContextLength: the prompt (plus max_tokens) does not fit the
@@ -26,6 +27,9 @@ var (
 	// ErrUnavailable: the exchange failed (connection refused or reset, a
 	// timeout) or the server answered 5xx, 429 or 408.
 	ErrUnavailable = errors.New("vllm: server unavailable")
+	// ErrNotSupported: a weight-update call (Pause, UpdateWeights, ...) got
+	// a 404: vLLM serves those endpoints only in development mode.
+	ErrNotSupported = errors.New("vllm: endpoint not supported by the server: start vLLM with VLLM_SERVER_DEV_MODE=1")
 )
 
 // maxMessage bounds the message kept from an error body: vLLM's are short,

@@ -55,7 +55,7 @@ func threeTurns() ([]*messages.StepEvent, *messages.Trajectory) {
 		Reward:            1.25, Scores: 0.75,
 		ExtraLogs: map[string]float64{"dummy_scores": 1, "turn_count": 3},
 		Turns:     3, StepRewards: []float64{0, 0.25, 1}, FinishReason: "stop",
-		PolicyVersions: []int64{3, 4}, SubmitTime: 123, GenerateNanos: 123,
+		PolicyVersions: []int64{3, 3, 4}, Staleness: 1, SubmitTime: 123, GenerateNanos: 123,
 		ObsStyle: messages.ObsChat, Success: true, Info: map[string]string{"note": "won"},
 	}
 	steps[2].Success, steps[2].Info = true, map[string]string{"note": "won"}
@@ -187,7 +187,7 @@ func TestEndMarkerTruncates(t *testing.T) {
 	want.Turns, want.Reward, want.Scores = 2, 0.25, 0.25
 	want.ExtraLogs = map[string]float64{"turn_count": 2}
 	want.Truncated, want.FinishReason = true, "context_length"
-	want.PolicyVersions, want.GenerateNanos = []int64{3}, 120
+	want.PolicyVersions, want.Staleness, want.GenerateNanos = []int64{3, 3}, 0, 120
 	want.Success, want.Info = false, nil
 	checkTrajectory(t, f.outputs(t).only(t), want)
 }

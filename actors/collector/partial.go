@@ -2,7 +2,6 @@ package collector
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/rollfleet/rollfleet/envs"
@@ -31,6 +30,8 @@ type partial struct {
 	info        map[string]string
 	resumed     int32
 	promptCut   int32 // prompt tokens cut to fit the budget
+	restarts    int32
+	stale       bool
 
 	outcome *outcome
 }
@@ -119,9 +120,8 @@ func (p *partial) apply(ev *messages.StepEvent) {
 		p.stepRewards = append(p.stepRewards, ev.Reward)
 		p.score, p.extra = ev.Score, ev.ExtraLogs
 		p.genNanos += ev.GenerateNanos
-		if ev.PolicyVersion != 0 && !slices.Contains(p.versions, ev.PolicyVersion) {
-			p.versions = append(p.versions, ev.PolicyVersion)
-		}
+		p.versions = append(p.versions, ev.PolicyVersion)
+		p.restarts, p.stale = ev.Restarts, ev.Stale
 	}
 	p.finish = ev.FinishReason
 	if ev.Done {
@@ -166,7 +166,8 @@ func (p *partial) build(id string) *outcome {
 		ObservationTokens: p.tokens, ActionRanges: p.ranges, RolloutLogProbs: p.logprobs,
 		Reward: reward, Scores: p.score, ExtraLogs: p.extra, Truncated: p.truncated,
 		Turns: int32(len(p.stepRewards)), StepRewards: p.stepRewards, FinishReason: p.finish,
-		PolicyVersions: p.versions, SubmitTime: req.SubmitTime, DoneTime: time.Now().UnixNano(),
+		PolicyVersions: p.versions, SubmitVersion: req.SubmitVersion, Staleness: messages.Staleness(p.versions),
+		Stale: p.stale, Restarts: p.restarts, SubmitTime: req.SubmitTime, DoneTime: time.Now().UnixNano(),
 		GenerateNanos: p.genNanos,
 		ObsStyle:      style, Samples: p.samples, Success: p.success, Info: p.info, TaskIndex: req.TaskIndex, Resumed: p.resumed,
 		PromptTruncated: p.promptCut,

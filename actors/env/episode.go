@@ -197,13 +197,37 @@ type episode struct {
 	// style: the observations so far and the env's current suffix.
 	history []string
 	suffix  string
+
+	// firstVersion is the policy version of the first turn's action, once
+	// versioned; staleness is measured from it. restarts counts the plays
+	// started over for staleness, fresh is set after one (the stored steps
+	// of earlier plays are not to be resumed), stale once the episode went
+	// past its bound and plays on.
+	firstVersion int64
+	versioned    bool
+	restarts     int32
+	fresh, stale bool
 }
 
 func (e *episode) fail(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errEpisode, fmt.Sprintf(format, args...))
 }
 
+// run plays the episode to its end, from the start again each time its
+// policy moved on too far under messages.StaleRestart.
 func (e *episode) run(ctx context.Context) error {
+	for {
+		err := e.play(ctx)
+		if !errors.Is(err, errRestart) {
+			return err
+		}
+		e.restart()
+	}
+}
+
+// play plays the episode once: from the start, or from an earlier
+// delivery's last completed turn.
+func (e *episode) play(ctx context.Context) error {
 	req := e.req
 	if req.EnvSeed == nil {
 		// Derived from the id, so a rerun plays the same game; recorded so
@@ -226,7 +250,7 @@ func (e *episode) run(ctx context.Context) error {
 	if single && req.Prompt != "" && !spec.Task {
 		obs = req.Prompt
 	}
-	if e.attempt > 1 {
+	if e.attempt > 1 && !e.fresh {
 		// Delivered again: an earlier worker may have played some turns.
 		prior, err := e.loadPriorRun(ctx)
 		if err != nil {
@@ -392,6 +416,9 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		s := *sp.Seed + int64(e.turn)
 		sp.Seed = &s
 	}
+	if err := e.beforeTurn(ctx); err != nil {
+		return nil, err
+	}
 	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Resumed: e.resumed}
 	if e.turn == 0 {
 		ev.Episode = req
@@ -466,6 +493,8 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	}
 	ev.EnvState = e.game.snapshot()
 	ev.Endpoint, ev.PolicyVersion = rep.Endpoint, rep.PolicyVersion
+	e.noteVersion(rep.PolicyVersion)
+	ev.Restarts, ev.Stale = e.restarts, e.stale
 	ev.FinishReason = rep.FinishReason
 	switch {
 	case done:
@@ -517,8 +546,11 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 		V: messages.Version, EpisodeID: e.req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Episode: e.req,
 		Done: true, Error: cause.Error(), Resumed: e.resumed,
 	}
-	if errors.Is(cause, errPromptTooLong) {
+	switch {
+	case errors.Is(cause, errPromptTooLong):
 		ev.FailureKind = messages.FailurePromptTooLong
+	case errors.Is(cause, errStale):
+		ev.FailureKind = messages.FailureStale
 	}
 	// Its own message id: the turn it names may have been stored already
 	// (a republished step) or never (a step that failed to publish), and
@@ -552,7 +584,8 @@ func request[T any, P interface {
 	Validate() error
 }](ctx context.Context, w *Worker, subject string, msg any, code func(*T) string) (*T, error) {
 	var last error
-	for attempt := range w.opts.RequestAttempts {
+	_, generate := msg.(*messages.GenerateRequest)
+	for attempt := 0; attempt < w.opts.RequestAttempts; attempt++ {
 		if attempt > 0 {
 			t := time.NewTimer(time.Duration(attempt*attempt) * 250 * time.Millisecond)
 			select {
@@ -565,6 +598,7 @@ func request[T any, P interface {
 		// The deadline travels with the request, so an LLM worker drops what
 		// this attempt stopped waiting for instead of generating it twice.
 		deadline := time.Now().Add(w.opts.RequestTimeout)
+		epoch := w.ctl.State().Epoch
 		switch r := msg.(type) {
 		case *messages.GenerateRequest:
 			r.Deadline = deadline.UnixNano()
@@ -581,6 +615,13 @@ func request[T any, P interface {
 		if err != nil {
 			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 				last = err
+				held, err := w.heldByPause(ctx, generate, epoch)
+				if err != nil {
+					return nil, err
+				}
+				if held {
+					attempt--
+				}
 				continue
 			}
 			if errors.Is(err, nats.ErrMaxPayload) {
@@ -595,6 +636,13 @@ func request[T any, P interface {
 		}
 		if code(rep) == messages.CodeUnavailable {
 			last = errors.New("no model endpoint could serve the request")
+			held, err := w.heldByPause(ctx, generate, epoch)
+			if err != nil {
+				return nil, err
+			}
+			if held {
+				attempt--
+			}
 			continue
 		}
 		w.infraStreak.Store(0)

@@ -168,6 +168,8 @@ func (e *episode) resume(ctx context.Context, prior *priorRun, obs0 string) (boo
 		}
 	}
 	e.turn = last.Turn + 1
+	e.noteVersion(prior.steps[0].PolicyVersion)
+	e.restarts, e.stale = last.Restarts, last.Stale
 	e.w.resumes.Add(1)
 	e.w.log.Info("episode resumed", "episode", e.req.EpisodeID, "attempt", e.attempt, "turn", e.turn)
 	return true, nil

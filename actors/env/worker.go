@@ -18,8 +18,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/remoteenv"
 )
@@ -76,6 +78,21 @@ type Options struct {
 	Remote []remoteenv.Config
 	// Transport carries remote env calls (default http.DefaultTransport).
 	Transport http.RoundTripper
+	// MaxStaleness is the staleness bound of episodes whose request sets
+	// none: a turn starts only while the fleet's policy version minus the
+	// version of the episode's first turn is at most this. Negative means
+	// no bound; nil (the default) means -1.
+	MaxStaleness *int32
+	// StalePolicy is what happens to an episode past its bound when its
+	// request says nothing (default messages.StaleDrop).
+	StalePolicy string
+	// MaxRestarts bounds the restarts of one episode under
+	// messages.StaleRestart; past it, the episode is dropped as stale
+	// (default 3).
+	MaxRestarts int
+	// ID names the worker in status answers (default "env-" and a unique
+	// suffix).
+	ID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -108,6 +125,19 @@ func (o *Options) setDefaults() {
 	if o.UnhealthyAfter <= 0 {
 		o.UnhealthyAfter = 3
 	}
+	if o.MaxStaleness == nil {
+		unbounded := int32(-1)
+		o.MaxStaleness = &unbounded
+	}
+	if o.StalePolicy == "" {
+		o.StalePolicy = messages.StaleDrop
+	}
+	if o.MaxRestarts <= 0 {
+		o.MaxRestarts = 3
+	}
+	if o.ID == "" {
+		o.ID = "env-" + nuid.Next()
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -126,6 +156,11 @@ type Stats struct {
 	// had to wait.
 	StoreWaiting int64
 	StoreWaits   uint64
+	// Held is the number of turns waiting for the fleet to resume.
+	Held int64
+	// StaleDrops and Restarts count episodes dropped, and plays started
+	// over, for going past their max_staleness.
+	StaleDrops, Restarts uint64
 }
 
 // Worker runs episodes. Create it with New and run it with Run.
@@ -140,6 +175,12 @@ type Worker struct {
 	// worker; any answered request resets it.
 	infraStreak atomic.Int64
 	inFlight    atomic.Int64
+
+	// ctl follows the fleet's policy state (set by Run); held counts the
+	// turns waiting for a resume.
+	ctl                  *control.Watcher
+	held                 atomic.Int64
+	staleDrops, restarts atomic.Uint64
 
 	// storeWaiting counts the episodes waiting for the store now,
 	// storeWaits those that ever did; storeState paces the log lines about
@@ -176,6 +217,7 @@ func (w *Worker) Stats() Stats {
 		Started: w.started.Load(), Finished: w.finished.Load(), Failed: w.failed.Load(),
 		Malformed: w.malformed.Load(), Turns: w.turns.Load(), Resumed: w.resumes.Load(), InFlight: w.inFlight.Load(),
 		Unhealthy: w.unhealthy(), StoreWaiting: w.storeWaiting.Load(), StoreWaits: w.storeWaits.Load(),
+		Held: w.held.Load(), StaleDrops: w.staleDrops.Load(), Restarts: w.restarts.Load(),
 	}
 }
 
@@ -223,6 +265,19 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 // ahead: a prefetched episode would sit unacknowledged in a buffer, and if it
 // waited longer than AckWait it would be delivered to another worker too.
 func (w *Worker) Run(ctx context.Context) error {
+	// The policy state first: an episode started during a pause holds its
+	// first turn.
+	ctl, err := control.Watch(ctx, w.nc, control.WatchOptions{Subjects: w.opts.Subjects, Logger: w.log})
+	if err != nil {
+		return fmt.Errorf("env: %w", err)
+	}
+	defer ctl.Close()
+	w.ctl = ctl
+	status, err := control.ServeStatus(w.nc, w.opts.Subjects, w.status)
+	if err != nil {
+		return fmt.Errorf("env: %w", err)
+	}
+	defer func() { _ = status.Unsubscribe() }()
 	// A worker that starts during a leader election waits it out.
 	var cons jetstream.Consumer
 	if err := bus.Retry(ctx, func(ctx context.Context) error {

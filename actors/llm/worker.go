@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
+	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/vllm"
 )
@@ -51,11 +53,17 @@ type Options struct {
 	CallTimeout time.Duration
 	// HealthInterval is how often endpoints marked down are probed (default 2s).
 	HealthInterval time.Duration
+	// ID names the worker in status answers (default "llm-" and a unique
+	// suffix).
+	ID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
 func (o *Options) setDefaults() {
+	if o.ID == "" {
+		o.ID = "llm-" + nuid.Next()
+	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 64
 	}
@@ -84,6 +92,9 @@ type Stats struct {
 	Detokenize, Info uint64
 	// Expired counts requests dropped because their deadline had passed.
 	Expired uint64
+	// Aborted counts generations cancelled by an aborting pause (each is
+	// generated again after the resume).
+	Aborted uint64
 }
 
 // Worker is one LLM worker. Create it with New and run it with Run.
@@ -94,7 +105,9 @@ type Worker struct {
 	router router
 
 	generate, tokenize, retries, errs, malformed, expired atomic.Uint64
-	detokenize, info                                      atomic.Uint64
+	detokenize, info, aborted                             atomic.Uint64
+	// gens is set by Run, once the policy state is known.
+	gens *generations
 }
 
 // New builds a worker for the given endpoints.
@@ -121,13 +134,26 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Generate: w.generate.Load(), Tokenize: w.tokenize.Load(), Retries: w.retries.Load(),
 		Errors: w.errs.Load(), Malformed: w.malformed.Load(), Expired: w.expired.Load(),
-		Detokenize: w.detokenize.Load(), Info: w.info.Load(),
+		Detokenize: w.detokenize.Load(), Info: w.info.Load(), Aborted: w.aborted.Load(),
 	}
 }
 
 // Run serves requests until ctx is cancelled, then drains its subscriptions
 // and waits for in-flight requests to be answered.
 func (w *Worker) Run(ctx context.Context) error {
+	// The policy state first: a worker that starts during a pause must hold
+	// its first request already.
+	ctl, err := control.Watch(ctx, w.nc, control.WatchOptions{Subjects: w.opts.Subjects, Logger: w.log})
+	if err != nil {
+		return fmt.Errorf("llm: %w", err)
+	}
+	defer ctl.Close()
+	w.gens = newGenerations(ctl)
+	status, err := control.ServeStatus(w.nc, w.opts.Subjects, w.status)
+	if err != nil {
+		return fmt.Errorf("llm: %w", err)
+	}
+	defer func() { _ = status.Unsubscribe() }()
 	// A fixed pool sized to the total endpoint capacity: no goroutine per
 	// request, and the pool itself is the backpressure.
 	workers := w.opts.MaxInFlight * len(w.router.eps)
@@ -206,6 +232,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { w.healthLoop(ctx) })
+	wg.Go(func() { w.gens.abortLoop(ctx) })
 
 	<-ctx.Done()
 	// Draining unsubscribes at once and still delivers the requests already
@@ -313,8 +340,39 @@ func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.Gener
 	return serve(ctx, w, req, err, func(r *messages.GenerateRequest) int64 { return r.Deadline }, generateFailed, w.generateReply)
 }
 
-// generateReply asks a model server for the completion req asks for.
+// status is the worker's answer to a trainer's status request.
+func (w *Worker) status() messages.WorkerStatus {
+	st := w.gens.ctl.State()
+	return messages.WorkerStatus{
+		Kind: messages.WorkerLLM, ID: w.opts.ID, Epoch: st.Epoch, Version: st.Version, Paused: st.Paused,
+		InFlight: w.gens.inFlight(), Held: w.gens.held.Load(),
+	}
+}
+
+// generateReply generates req's completion under the fleet's current policy
+// version, which tags the reply. A paused fleet holds the request (until
+// its deadline at most); a generation an aborting pause cancels is
+// generated again, whole, after the resume.
 func (w *Worker) generateReply(ctx context.Context, req *messages.GenerateRequest) *messages.GenerateReply {
+	for {
+		gen, gctx, version, err := w.gens.begin(ctx)
+		if err != nil {
+			w.expired.Add(1)
+			return generateFailed("the fleet was paused until the request's deadline", messages.CodeUnavailable)
+		}
+		rep := w.generateOnce(gctx, req)
+		w.gens.end(gen)
+		if gen.aborted.Load() {
+			w.aborted.Add(1)
+			continue
+		}
+		rep.PolicyVersion = version
+		return rep
+	}
+}
+
+// generateOnce asks a model server for the completion req asks for.
+func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest) *messages.GenerateReply {
 	sp := &req.Sampling
 	creq := vllm.CompletionRequest{
 		Prompt:                 req.Prompt,

@@ -22,6 +22,9 @@ type cli struct {
 	AckWait        time.Duration `default:"1m" help:"Redelivery timeout of an episode whose worker stopped signalling progress (a crash): it then resumes elsewhere."`
 	MaxDeliver     int           `default:"5" help:"Deliveries of an episode before its failure is recorded."`
 	RequestTimeout time.Duration `default:"180s" help:"Longest wait for one generate or tokenize reply; a request cut off by a crash is retried after it."`
+	MaxStaleness   int32         `default:"-1" help:"Staleness bound of episodes whose request sets none: a turn starts only while the fleet's policy version minus the first turn's is at most this (-1: none)."`
+	StalePolicy    string        `default:"drop" enum:"drop,restart,keep" help:"Past the bound, for episodes whose request says nothing: drop (a failure of kind stale), restart (play it again under the current policy) or keep (finish and flag it)."`
+	MaxRestarts    int           `default:"3" help:"Restarts of one episode under the restart policy before it is dropped as stale."`
 }
 
 func main() {
@@ -41,6 +44,7 @@ func main() {
 		w, err := envactor.New(p.NC, p.JS, envactor.Options{
 			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote,
 			AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, RequestTimeout: c.RequestTimeout, Logger: p.Log,
+			MaxStaleness: &c.MaxStaleness, StalePolicy: c.StalePolicy, MaxRestarts: c.MaxRestarts,
 		})
 		if err != nil {
 			return err

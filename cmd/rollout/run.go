@@ -14,6 +14,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
 
@@ -29,6 +30,8 @@ type runCmd struct {
 	MaxLength         int           `default:"4096" help:"Whole-trajectory token budget."`
 	MaxTokens         int           `default:"256" help:"Per-turn generation cap (0 = the whole remaining budget)."`
 	PromptOverflow    string        `default:"fail" enum:"fail,truncate-left" help:"A prompt longer than --max-length minus --max-tokens: fail its episode (failure kind prompt_too_long) or truncate-left (cut the start of its content, never the chat template's role headers)."`
+	MaxStaleness      *int32        `help:"Staleness bound of each episode: a turn starts only while the fleet's policy version minus the first turn's is at most this (default: the env workers', none unless they set one)."`
+	StalePolicy       string        `enum:",drop,restart,keep" default:"" help:"Past --max-staleness: drop (a failure of kind stale), restart (play it again under the current policy) or keep (finish and flag it); default the env workers' (drop)."`
 	Temperature       float64       `default:"1" help:"Sampling temperature."`
 	TopP              float64       `default:"1" help:"Nucleus sampling."`
 	Seed              *uint64       `help:"Seed for a reproducible run (random if unset)."`
@@ -108,6 +111,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	opts := fleet.Options{
 		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle, ApplyChatTemplate: c.ApplyChatTemplate,
 		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens, PromptOverflow: c.PromptOverflow,
+		MaxStaleness: c.MaxStaleness, StalePolicy: c.StalePolicy,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
 		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
 		Filter: filter, Remote: remote, Out: os.Stdout, Logger: cmdutil.Logger(c.LogLevel), RunID: run, SubmitWindow: c.SubmitWindow,
@@ -129,10 +133,10 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	}()
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		var bar *progressbar.ProgressBar
-		full := ""
+		full, paused := "", ""
 		newBar := func(total int) {
 			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
-				progressbar.OptionSetDescription("episodes"+full), progressbar.OptionShowCount(),
+				progressbar.OptionSetDescription("episodes"+paused+full), progressbar.OptionShowCount(),
 				progressbar.OptionShowIts(), progressbar.OptionSetItsString("ep"),
 				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 		}
@@ -148,7 +152,16 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 				full += " [" + k + " stream full: no consumer is reading]"
 			}
 			if bar != nil {
-				bar.Describe("episodes" + full)
+				bar.Describe("episodes" + paused + full)
+			}
+		}
+		opts.Policy = func(st messages.PolicyState) {
+			paused = ""
+			if st.Paused {
+				paused = fmt.Sprintf(" [paused for a weight update, policy v%d]", st.Version)
+			}
+			if bar != nil {
+				bar.Describe("episodes" + paused + full)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -19,14 +20,32 @@ type toyllmCmd struct {
 	MaxModelLen   int           `default:"32768" help:"Context window in tokens."`
 	Latency       time.Duration `help:"Simulated time per generated token."`
 	MaxConcurrent int           `help:"Cap on concurrently generating sequences (0 = none)."`
+	Skill         float64       `help:"Starting policy's logit for the planned token, in (0, 30]; higher makes fewer slips (0 = the default, 14). POST /update_weights changes it."`
+	WeightVersion string        `help:"Starting weight version reported by GET /weight_info (default \"default\")."`
 	LogLevel      string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
+// options turns the flags into the server's options.
+func (c *toyllmCmd) options() (toyllm.Options, error) {
+	if c.Skill < 0 || c.Skill > toyllm.MaxSkill || math.IsNaN(c.Skill) {
+		return toyllm.Options{}, fmt.Errorf("--skill %g: must be in (0, %g], or 0 for the default", c.Skill, toyllm.MaxSkill)
+	}
+	return toyllm.Options{
+		Model: c.Model, MaxModelLen: c.MaxModelLen, TokenLatency: c.Latency, MaxConcurrent: c.MaxConcurrent,
+		Skill: c.Skill, WeightVersion: c.WeightVersion,
+	}, nil
+}
+
 func (c *toyllmCmd) Run() error {
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	log := cmdutil.Logger(c.LogLevel)
-	srv := toyllm.New(toyllm.Options{Model: c.Model, MaxModelLen: c.MaxModelLen, TokenLatency: c.Latency, MaxConcurrent: c.MaxConcurrent, Logger: log})
+	opts.Logger = log
+	srv := toyllm.New(opts)
 	url, stopSrv, err := srv.Start(ctx, c.Listen)
 	if err != nil {
 		return err

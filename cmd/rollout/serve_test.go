@@ -1,9 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +16,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/toyllm"
 )
 
 // parseServer parses a rollout server command line as main does.
@@ -126,5 +131,64 @@ func TestServerClusterFlags(t *testing.T) {
 			bus.Shutdown(s)
 		}
 		t.Errorf("routes without --cluster: %v, want ErrClusterOptions", err)
+	}
+}
+
+// parseToyllm parses a rollout toyllm command line as main does.
+func parseToyllm(t *testing.T, args ...string) *toyllmCmd {
+	t.Helper()
+	var c cli
+	p, err := kong.New(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse(append([]string{"toyllm"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	return &c.Toyllm
+}
+
+// TestToyllmSkillFlags checks that --skill and --weight-version reach the
+// stand-in's options, and that a skill out of range is refused.
+func TestToyllmSkillFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args        []string
+		skill       float64
+		version     string
+		wantVersion string
+		bad         bool
+	}{
+		{args: nil, wantVersion: "default"},
+		{args: []string{"--skill", "8.5", "--weight-version", "step-3"}, skill: 8.5, version: "step-3", wantVersion: "step-3"},
+		{args: []string{"--skill", "30"}, skill: 30, wantVersion: "default"},
+		{args: []string{"--skill", "31"}, bad: true},
+		{args: []string{"--skill=-1"}, bad: true},
+	} {
+		opts, err := parseToyllm(t, tc.args...).options()
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%v: no error", tc.args)
+			}
+			continue
+		}
+		if err != nil || opts.Skill != tc.skill || opts.WeightVersion != tc.version {
+			t.Errorf("%v: options %+v, %v", tc.args, opts, err)
+			continue
+		}
+		opts.Logger = slog.New(slog.DiscardHandler)
+		ts := httptest.NewServer(toyllm.New(opts).Handler())
+		resp, err := http.Get(ts.URL + "/weight_info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info struct {
+			WeightVersion string `json:"weight_version"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&info)
+		resp.Body.Close()
+		ts.Close()
+		if err != nil || info.WeightVersion != tc.wantVersion {
+			t.Errorf("%v: weight_info %+v, %v; want %q", tc.args, info, err, tc.wantVersion)
+		}
 	}
 }

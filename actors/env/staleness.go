@@ -1,0 +1,116 @@
+package env
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// errStale marks an episode dropped because its policy moved on too far
+// (messages.StaleDrop); its failure record has kind messages.FailureStale.
+var errStale = errors.New("stale")
+
+// errRestart asks for the episode to be played again from its start under
+// the current policy (messages.StaleRestart).
+var errRestart = errors.New("restart under the current policy")
+
+// beforeTurn holds a turn while the fleet is paused and applies the
+// episode's staleness bound: a turn after the first starts only while the
+// fleet's policy version minus the first turn's is at most max_staleness.
+func (e *episode) beforeTurn(ctx context.Context) error {
+	st, err := e.w.waitRunning(ctx)
+	if err != nil {
+		return err
+	}
+	if !e.versioned || e.stale {
+		return nil
+	}
+	bound, policy := e.w.staleness(e.req)
+	if bound < 0 || st.Version-e.firstVersion <= int64(bound) {
+		return nil
+	}
+	why := fmt.Sprintf("policy moved from version %d (first turn) to %d, past max_staleness %d", e.firstVersion, st.Version, bound)
+	switch {
+	case policy == messages.StaleKeep:
+		e.stale = true
+		return nil
+	case policy == messages.StaleRestart && e.restarts < int32(e.w.opts.MaxRestarts):
+		e.w.log.Debug("episode restarted", "episode", e.req.EpisodeID, "turn", e.turn, "reason", why)
+		return errRestart
+	case policy == messages.StaleRestart:
+		why += fmt.Sprintf(", after %d restarts", e.restarts)
+	}
+	e.w.staleDrops.Add(1)
+	return fmt.Errorf("%w: %w: %s", errEpisode, errStale, why)
+}
+
+// restart forgets the play so far: the next one starts from the reset game
+// as a run of its own (a new nonce), whose steps the collector assembles
+// alone.
+func (e *episode) restart() {
+	e.restarts++
+	e.w.restarts.Add(1)
+	e.nonce = nuid.Next()
+	e.fresh = true
+	e.turn, e.tokens, e.promptCut = 0, nil, 0
+	e.history, e.suffix = nil, ""
+	e.versioned, e.firstVersion, e.stale = false, 0, false
+}
+
+// noteVersion records the policy version of a turn's action: the first
+// turn's is what staleness is measured from.
+func (e *episode) noteVersion(v int64) {
+	if !e.versioned {
+		e.firstVersion, e.versioned = v, true
+	}
+}
+
+// staleness is the bound and policy that apply to req: its own, or the
+// worker's defaults.
+func (w *Worker) staleness(req *messages.EpisodeRequest) (int32, string) {
+	bound := *w.opts.MaxStaleness
+	if req.MaxStaleness != nil {
+		bound = *req.MaxStaleness
+	}
+	policy := req.StalePolicy
+	if policy == "" {
+		policy = w.opts.StalePolicy
+	}
+	return bound, policy
+}
+
+// waitRunning returns the policy state once the fleet is not paused,
+// counting the wait as a held turn.
+func (w *Worker) waitRunning(ctx context.Context) (messages.PolicyState, error) {
+	if st := w.ctl.State(); !st.Paused {
+		return st, nil
+	}
+	w.held.Add(1)
+	defer w.held.Add(-1)
+	return w.ctl.WaitRunning(ctx)
+}
+
+// heldByPause reports whether a generate request that timed out, or came
+// back unavailable, was held by a pause: the fleet paused, or is paused,
+// since the policy state of the given epoch. It then waits for the resume;
+// such an attempt was not lost and does not count.
+func (w *Worker) heldByPause(ctx context.Context, generate bool, epoch uint64) (bool, error) {
+	if st := w.ctl.State(); !generate || !st.Paused && st.Epoch == epoch {
+		return false, nil
+	}
+	_, err := w.waitRunning(ctx)
+	return err == nil, err
+}
+
+// status is the worker's answer to a trainer's status request.
+func (w *Worker) status() messages.WorkerStatus {
+	st := w.ctl.State()
+	return messages.WorkerStatus{
+		Kind: messages.WorkerEnv, ID: w.opts.ID, Epoch: st.Epoch, Version: st.Version, Paused: st.Paused,
+		InFlight: w.inFlight.Load(), Held: w.held.Load(),
+	}
+}
