@@ -48,6 +48,10 @@ type StreamOptions struct {
 	// messages (DiscardNew, see ErrStreamFull): the publisher backs off and
 	// retries, and nothing stored is silently dropped. -1 means unlimited.
 	MaxBytes, StepsMaxBytes int64
+	// Batches adds the batches stream, which only trainers use (their
+	// batches' manifests and progress marks): trainer clients set it, and
+	// the actors, which never read it, need no permission on it.
+	Batches bool
 }
 
 func (o *StreamOptions) setDefaults() {
@@ -77,7 +81,8 @@ func (o *StreamOptions) setDefaults() {
 	}
 }
 
-// StreamConfigs returns the configuration of every rollfleet stream.
+// StreamConfigs returns the configuration of every rollfleet stream (the
+// batches stream with opts.Batches).
 func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.StreamConfig {
 	opts.setDefaults()
 	limits := func(name, subject string, age time.Duration) jetstream.StreamConfig {
@@ -130,7 +135,7 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 	// as long as the outcomes they describe may wait.
 	batches := limits(subj.StreamBatches(), subj.BatchesAll(), opts.OutputMaxAge)
 	batches.MaxMsgsPerSubject = 1
-	return []jetstream.StreamConfig{
+	cfgs := []jetstream.StreamConfig{
 		episodes,
 		steps,
 		decided,
@@ -138,8 +143,11 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 		output(subj.StreamGroups(), subj.GroupsAll()),
 		output(subj.StreamFailures(), subj.FailuresAll()),
 		control,
-		batches,
 	}
+	if opts.Batches {
+		cfgs = append(cfgs, batches)
+	}
+	return cfgs
 }
 
 // ControlHistory is how many policy states the control stream keeps: the

@@ -163,7 +163,9 @@ func checkBatchID(id string) error {
 // ensureStreams creates the fleet's streams that are missing (the batches
 // stream on a fleet made before it existed, say).
 func (c *Client) ensureStreams(ctx context.Context) error {
-	err := bus.EnsureStreams(ctx, c.js, c.subj, c.opts.Streams)
+	opts := c.opts.Streams
+	opts.Batches = true
+	err := bus.EnsureStreams(ctx, c.js, c.subj, opts)
 	if errors.Is(err, bus.ErrStreamMismatch) {
 		c.log.Warn("streams left as they are", "err", err)
 		return nil
