@@ -48,6 +48,10 @@ type StreamOptions struct {
 	// messages (DiscardNew, see ErrStreamFull): the publisher backs off and
 	// retries, and nothing stored is silently dropped. -1 means unlimited.
 	MaxBytes, StepsMaxBytes int64
+	// Batches adds the batches stream, which only trainers use (their
+	// batches' manifests and progress marks): trainer clients set it, and
+	// the actors, which never read it, need no permission on it.
+	Batches bool
 }
 
 func (o *StreamOptions) setDefaults() {
@@ -77,7 +81,8 @@ func (o *StreamOptions) setDefaults() {
 	}
 }
 
-// StreamConfigs returns the configuration of every rollfleet stream.
+// StreamConfigs returns the configuration of every rollfleet stream (the
+// batches stream with opts.Batches).
 func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.StreamConfig {
 	opts.setDefaults()
 	limits := func(name, subject string, age time.Duration) jetstream.StreamConfig {
@@ -125,7 +130,12 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 	control.MaxMsgsPerSubject = ControlHistory
 	control.AllowDirect = true
 	control.Duplicates = opts.StepsDuplicateWindow
-	return []jetstream.StreamConfig{
+	// Trainers' batches: each batch's manifest and its readers' progress
+	// marks, one message per subject (a mark made again counts once), kept
+	// as long as the outcomes they describe may wait.
+	batches := limits(subj.StreamBatches(), subj.BatchesAll(), opts.OutputMaxAge)
+	batches.MaxMsgsPerSubject = 1
+	cfgs := []jetstream.StreamConfig{
 		episodes,
 		steps,
 		decided,
@@ -134,6 +144,10 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 		output(subj.StreamFailures(), subj.FailuresAll()),
 		control,
 	}
+	if opts.Batches {
+		cfgs = append(cfgs, batches)
+	}
+	return cfgs
 }
 
 // ControlHistory is how many policy states the control stream keeps: the

@@ -189,8 +189,9 @@ func TestEnsureStreamsRetentionMismatch(t *testing.T) {
 }
 
 // The output streams are work queues (a record is freed once its reader
-// acknowledges it); the steps, decisions and control streams keep their
-// limits.
+// acknowledges it); the steps, decisions, control and batches streams keep
+// their limits. The batches stream is the trainers' alone: only they ask
+// for it.
 func TestStreamRetention(t *testing.T) {
 	subj := messages.NewSubjects("")
 	want := map[string]jetstream.RetentionPolicy{
@@ -201,14 +202,27 @@ func TestStreamRetention(t *testing.T) {
 		subj.StreamGroups():       jetstream.WorkQueuePolicy,
 		subj.StreamFailures():     jetstream.WorkQueuePolicy,
 		subj.StreamControl():      jetstream.LimitsPolicy,
+		subj.StreamBatches():      jetstream.LimitsPolicy,
 	}
-	cfgs := bus.StreamConfigs(subj, bus.StreamOptions{})
+	cfgs := bus.StreamConfigs(subj, bus.StreamOptions{Batches: true})
 	if len(cfgs) != len(want) {
 		t.Fatalf("%d streams, want %d", len(cfgs), len(want))
 	}
 	for _, cfg := range cfgs {
 		if r, ok := want[cfg.Name]; !ok || cfg.Retention != r {
 			t.Errorf("%s: retention %v, want %v", cfg.Name, cfg.Retention, r)
+		}
+		if cfg.Name == subj.StreamBatches() && (cfg.MaxMsgsPerSubject != 1 || cfg.MaxAge != 7*24*time.Hour || cfg.Subjects[0] != "rf.batches.>") {
+			t.Errorf("%s: %d messages per subject, max age %v, subjects %v; want 1, 7 days, rf.batches.>", cfg.Name, cfg.MaxMsgsPerSubject, cfg.MaxAge, cfg.Subjects)
+		}
+	}
+}
+
+func TestBatchesStreamOnlyForTrainers(t *testing.T) {
+	subj := messages.NewSubjects("")
+	for _, cfg := range bus.StreamConfigs(subj, bus.StreamOptions{}) {
+		if cfg.Name == subj.StreamBatches() {
+			t.Fatalf("%s made without StreamOptions.Batches", cfg.Name)
 		}
 	}
 }

@@ -532,13 +532,19 @@ func (p *plan) total() int { return p.groups * p.opts.NSamples }
 
 // newPlan checks the job's inputs and every episode it makes.
 func newPlan(opts Options) (*plan, error) {
-	p := &plan{opts: opts, runID: opts.RunID, now: time.Now().UnixNano()}
+	var rows []DatasetRow
 	if opts.Dataset != "" {
 		var err error
-		if p.rows, err = ReadDataset(opts.Dataset); err != nil {
+		if rows, err = ReadDataset(opts.Dataset); err != nil {
 			return nil, err
 		}
 	}
+	return newPlanOfRows(opts, rows)
+}
+
+// newPlanOfRows is newPlan with the dataset's rows given.
+func newPlanOfRows(opts Options, rows []DatasetRow) (*plan, error) {
+	p := &plan{opts: opts, runID: opts.RunID, rows: rows, now: time.Now().UnixNano()}
 	if err := checkRowEnvs(opts, p.rows); err != nil {
 		return nil, err
 	}

@@ -208,6 +208,36 @@ func (s Subjects) ControlWorkers() string { return s.subject("control", "workers
 // StreamControl names the stream keeping Control, e.g. "RF_CONTROL".
 func (s Subjects) StreamControl() string { return s.stream("CONTROL") }
 
+// Batch is the subject of a batch's BatchManifest: <prefix>.batches.<Token(batch)>. Only
+// trainers publish on it.
+func (s Subjects) Batch(batch string) string { return s.subject("batches", Token(batch)) }
+
+// BatchManifests matches the manifest of every batch.
+func (s Subjects) BatchManifests() string { return s.subject("batches", "*") }
+
+// BatchProgress is the subject of a trainer's progress mark of one batch, which outcome its
+// readers have received: <prefix>.batches.<Token(batch)>.<kind>.<Token(key)>…, one token per
+// key. A mark is kept once per subject, so marking again counts once.
+func (s Subjects) BatchProgress(batch, kind string, keys ...string) string {
+	var b strings.Builder
+	b.WriteString(Token(batch) + "." + kind)
+	for _, k := range keys {
+		b.WriteString("." + Token(k))
+	}
+	return s.subject("batches", b.String())
+}
+
+// BatchProgressOf matches every progress mark of a batch.
+func (s Subjects) BatchProgressOf(batch string) string {
+	return s.subject("batches", Token(batch)+".>")
+}
+
+// BatchesAll matches every batch manifest and progress mark.
+func (s Subjects) BatchesAll() string { return s.subject("batches", ">") }
+
+// StreamBatches names the stream holding BatchesAll, e.g. "RF_BATCHES".
+func (s Subjects) StreamBatches() string { return s.stream("BATCHES") }
+
 // NameToken makes an id usable in a consumer or file name, which allow no
 // '.', '*', '>', whitespace or path separators: a short id of other printable
 // ASCII bytes stays as it is, any other becomes its 64-bit FNV-1a hash in hex.

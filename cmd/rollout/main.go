@@ -30,6 +30,7 @@ type cli struct {
 	Server  serverCmd  `cmd:"" help:"Serve a standalone NATS server with JetStream for a local fleet."`
 	Gateway gatewayCmd `cmd:"" help:"Serve the OpenAI-compatible gateway that records sessions as trajectories."`
 	Consume consumeCmd `cmd:"" help:"Read groups (or trajectories, failures) from a fleet as a trainer does, acknowledging each."`
+	API     apiCmd     `cmd:"" name:"api" help:"Serve the trainer API (batches, results, pause and resume) over HTTP, for a fleet or an embedded one."`
 }
 
 func main() {
