@@ -82,7 +82,7 @@ var (
 // Defaults of Options.
 const (
 	DefaultAckWait       = 60 * time.Second
-	DefaultPollInterval  = time.Second
+	DefaultPollInterval  = 200 * time.Millisecond
 	DefaultGroupWait     = 2 * time.Minute
 	DefaultMaxAckPending = 1024
 	// DefaultConsumerIdle is how long a batch's consumers may go unused
