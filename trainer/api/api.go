@@ -163,32 +163,19 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 // BatchRequest is the body of POST /v1/batches: a trainer.Spec, its rows
-// as dataset lines, and an optional batch id.
+// as dataset lines (each parsed on its own, so that a bad one is named by
+// its index), and an optional batch id.
 type BatchRequest struct {
-	ID                string            `json:"id,omitempty"`
-	Env               string            `json:"env,omitempty"`
-	Episodes          int               `json:"episodes,omitempty"`
-	Rows              []json.RawMessage `json:"rows,omitempty"`
-	N                 int               `json:"n,omitempty"`
-	Sampling          trainer.Sampling  `json:"sampling"`
-	MaxLength         int               `json:"max_length,omitempty"`
-	MaxTurns          int               `json:"max_turns,omitempty"`
-	ObsStyle          string            `json:"obs_style,omitempty"`
-	ApplyChatTemplate bool              `json:"apply_chat_template,omitempty"`
-	PromptOverflow    string            `json:"prompt_overflow,omitempty"`
-	MaxStaleness      *int32            `json:"max_staleness,omitempty"`
-	StalePolicy       string            `json:"stale_policy,omitempty"`
-	Seed              *uint64           `json:"seed,omitempty"`
+	ID string `json:"id,omitempty"`
+	trainer.Spec
+	// Rows shadows Spec.Rows.
+	Rows []json.RawMessage `json:"rows,omitempty"`
 }
 
-// Spec turns the request into a batch spec; a row that is no dataset row
-// is named by its index.
-func (b *BatchRequest) Spec() (*trainer.Spec, error) {
-	s := &trainer.Spec{
-		Env: b.Env, Episodes: b.Episodes, N: b.N, Sampling: b.Sampling, MaxLength: b.MaxLength, MaxTurns: b.MaxTurns,
-		ObsStyle: b.ObsStyle, ApplyChatTemplate: b.ApplyChatTemplate, PromptOverflow: b.PromptOverflow,
-		MaxStaleness: b.MaxStaleness, StalePolicy: b.StalePolicy, Seed: b.Seed,
-	}
+// BatchSpec turns the request into a batch spec.
+func (b *BatchRequest) BatchSpec() (*trainer.Spec, error) {
+	s := b.Spec
+	s.Rows = nil
 	for i, raw := range b.Rows {
 		row := fleet.DatasetRow{Line: i}
 		if err := json.Unmarshal(raw, &row); err != nil {
@@ -196,7 +183,7 @@ func (b *BatchRequest) Spec() (*trainer.Spec, error) {
 		}
 		s.Rows = append(s.Rows, row)
 	}
-	return s, nil
+	return &s, nil
 }
 
 // SubmitResponse is the body of a 201 from POST /v1/batches.
@@ -214,7 +201,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	spec, err := req.Spec()
+	spec, err := req.BatchSpec()
 	if err != nil {
 		h.fail(w, r, err)
 		return
