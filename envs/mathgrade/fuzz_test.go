@@ -55,8 +55,8 @@ func FuzzLastBoxed(f *testing.F) {
 		if ok && !strings.Contains(s, got) {
 			t.Errorf("LastBoxed(%q) = %q, not part of the input", s, got)
 		}
-		if _, err := mathgrade.Extract(s); (err == nil) != (ok && got != "" && len(got) <= mathgrade.MaxAnswerLen) {
-			t.Errorf("Extract(%q) error %v disagrees with LastBoxed %q, %v", s, err, got, ok)
+		if ans, err := mathgrade.Extract(s); err == nil && (!strings.Contains(s, `\boxed{`) || strings.TrimSpace(ans) == "") {
+			t.Errorf("Extract(%q) = %q without a boxed answer", s, ans)
 		}
 	})
 }

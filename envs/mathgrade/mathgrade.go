@@ -108,38 +108,6 @@ type Result struct {
 	Matched bool
 }
 
-// Grade rewards a model response against the expected answer: 1 when the
-// content of the response's last \boxed{…} is [Equivalent] to the expected
-// answer, 0 otherwise (including when nothing was boxed).
-func Grade(response, expected string) Result {
-	res := Result{Expected: strings.TrimSpace(stripDelims(strings.TrimSpace(expected)))}
-	ans, err := Extract(response)
-	res.Extracted = ans
-	if err != nil {
-		return res
-	}
-	if Equivalent(ans, res.Expected) {
-		res.Matched = true
-		res.Reward = 1
-	}
-	return res
-}
-
-// Extract returns the answer a response commits to: the content of its last
-// \boxed{…}. It returns [ErrNoAnswer] when there is none (or it is empty or
-// unbalanced) and [ErrTooLong], with the answer, when the answer is over
-// [MaxAnswerLen] and would not be compared.
-func Extract(response string) (string, error) {
-	ans, ok := LastBoxed(response)
-	if !ok || ans == "" {
-		return "", ErrNoAnswer
-	}
-	if len(ans) > MaxAnswerLen {
-		return ans, ErrTooLong
-	}
-	return ans, nil
-}
-
 // LastBoxed returns the content, trimmed of surrounding white space, of the
 // last \boxed{…} or \fbox{…} in text, with brace matching that allows nested
 // braces and skips escaped ones (\{, \}). Like GEM's last_boxed_only_string it
@@ -215,53 +183,3 @@ func matchBrace(s string, open int) int {
 	return -1
 }
 
-// Equivalent reports whether two answers are mathematically the same; see the
-// package documentation for what counts. It is symmetric, and false whenever
-// either answer is empty after normalization or a resource limit is hit.
-func Equivalent(pred, expected string) bool {
-	if len(pred) > MaxAnswerLen || len(expected) > MaxAnswerLen {
-		return false
-	}
-	na, nb := Normalize(pred), Normalize(expected)
-	if na == "" || nb == "" {
-		return false
-	}
-	if strings.EqualFold(na, nb) {
-		return true
-	}
-	c := comparer{work: budget{left: workBudget}}
-	a, err := c.parseShape(na, 0)
-	if err != nil {
-		return false
-	}
-	b, err := c.parseShape(nb, 0)
-	if err != nil {
-		return false
-	}
-	if !c.evaluate(a, b) {
-		return false
-	}
-	pa, pb := hasPercent(pred), hasPercent(expected)
-	if pa == pb {
-		return c.equal(a, b)
-	}
-	if pa {
-		a, b = b, a
-	}
-	// b carries the percent sign: it may mean p or p/100.
-	if c.equal(a, b) {
-		return true
-	}
-	if hundredth := scaled(b, 100); hundredth != nil {
-		return c.equal(a, hundredth)
-	}
-	return false
-}
-
-// hasPercent reports whether a raw answer ends in a percent sign (or the word
-// "percent"), which Normalize drops; only then may it also mean a hundredth.
-func hasPercent(s string) bool {
-	t := stripDelims(strings.TrimSpace(s))
-	t = strings.TrimRight(t, " \t\n.}$")
-	return strings.HasSuffix(t, "%") || strings.HasSuffix(strings.ToLower(t), "percent")
-}
