@@ -492,9 +492,9 @@ func binomial(a, b value) (value, error) {
 // real-valued definitions; a result that is not a finite real is undefined.
 var funcs = map[string]func(float64) float64{
 	"sin": math.Sin, "cos": math.Cos, "tan": math.Tan,
-	"sec": func(x float64) float64 { return 1 / math.Cos(x) },
-	"csc": func(x float64) float64 { return 1 / math.Sin(x) },
-	"cot": func(x float64) float64 { return math.Cos(x) / math.Sin(x) },
+	"sec":    func(x float64) float64 { return 1 / math.Cos(x) },
+	"csc":    func(x float64) float64 { return 1 / math.Sin(x) },
+	"cot":    func(x float64) float64 { return math.Cos(x) / math.Sin(x) },
 	"arcsin": math.Asin, "arccos": math.Acos, "arctan": math.Atan,
 	"sinh": math.Sinh, "cosh": math.Cosh, "tanh": math.Tanh,
 	"ln": math.Log, "log": math.Log,

@@ -174,12 +174,7 @@ func boxedContents(s string) []string {
 	maxPos := len(s)
 	lastStart := -1
 	for {
-		b := strings.LastIndex(s[:maxPos], `\boxed`)
-		f := strings.LastIndex(s[:maxPos], `\fbox`)
-		start, cmdEnd := b, b+len(`\boxed`)
-		if f > b {
-			start, cmdEnd = f, f+len(`\fbox`)
-		}
+		start, cmdEnd := lastBoxCommand(s, maxPos)
 		if start < 0 {
 			break
 		}
@@ -224,6 +219,19 @@ func boxedContents(s string) []string {
 		rev[i], rev[j] = rev[j], rev[i]
 	}
 	return rev
+}
+
+// lastBoxCommand returns where the last \boxed or \fbox before end starts
+// and where its name ends, or -1, reading backwards only as far as it must.
+func lastBoxCommand(s string, end int) (start, cmdEnd int) {
+	for i := strings.LastIndexByte(s[:end], '\\'); i >= 0; i = strings.LastIndexByte(s[:i], '\\') {
+		for _, cmd := range [...]string{`\boxed`, `\fbox`} {
+			if i+len(cmd) <= end && strings.HasPrefix(s[i:], cmd) {
+				return i, i + len(cmd)
+			}
+		}
+	}
+	return -1, -1
 }
 
 // matchBraceWithin is matchBrace limited to s[:end]: the index of the '}'
@@ -295,6 +303,13 @@ var (
 	answerWordEq  = regexp.MustCompile(`(?i:answer)(?:.{0,100}=\s*|.{0,50}?)`)
 )
 
+// Anchored matches read at most this far: a number or plain expression is
+// short, a math environment holds one answer.
+const (
+	exprWindow = 512
+	envWindow  = 4096
+)
+
 // candidate is one match of an extraction pattern.
 type candidate struct {
 	start, end int
@@ -316,87 +331,100 @@ type candidate struct {
 // Within one priority the match that ends last wins (the leftmost of those
 // ending together); an answer that normalizes to nothing is skipped. Several
 // environments joined by ",", "and" or "or" ("$1$ and $2$") are one answer,
-// a set. Only the last [maxScan] bytes are read.
+// a set. Priorities are tried in order and the first that yields an answer
+// ends the search. The boxed answer is looked for in the whole response, the
+// other patterns in its last [maxScan] bytes.
 func ExtractAnswer(response string) (Answer, bool) {
 	s := response
+	off := 0
 	if len(s) > maxScan {
-		s = s[len(s)-maxScan:]
+		off = len(s) - maxScan
 	}
-	var cands []candidate
-	add := func(c candidate) {
-		if strings.TrimSpace(c.ans.Text) != "" {
-			cands = append(cands, c)
-		}
-	}
-	// Boxed, priority 50: the plain pattern runs from the first \boxed{ to
-	// the last '}' of the text.
-	if first := strings.Index(s, `\boxed{`); first >= 0 {
-		if last := strings.LastIndexByte(s, '}'); last > first {
-			if parts := boxedContents(s[first : last+1]); len(parts) > 0 {
-				add(candidate{first, last + 1, Answer{strings.Join(parts, ","), TargetBoxed, 50}})
-			}
-		}
-	}
-	for _, p := range []struct {
-		prio int
+	w := s[off:]
+	type envPat struct {
 		re   *regexp.Regexp
 		hope bool
+	}
+	type exprPat struct {
+		re         *regexp.Regexp
+		hope, noEq bool
+	}
+	levels := []struct {
+		prio  int
+		boxed bool
+		env   []envPat
+		expr  []exprPat
+		any   bool
 	}{
-		{0, finalIsRe, true}, {50, finalJustIsRe, false}, {100, answerColonRe, false}, {200, answerWordRe, false},
-	} {
-		for _, loc := range p.re.FindAllStringIndex(s, -1) {
-			if c, ok := envChainAt(s, loc[1], p.prio); ok && (!p.hope || hopeRe.MatchString(s[c.end:])) {
+		{prio: 0, env: []envPat{{finalIsRe, true}}, expr: []exprPat{{finalIsRe, true, false}}},
+		{prio: 50, boxed: true, env: []envPat{{finalJustIsRe, false}}, expr: []exprPat{{finalJustIsX, false, false}}},
+		{prio: 100, env: []envPat{{answerColonRe, false}}, expr: []exprPat{{answerColonEq, false, true}}},
+		{prio: 200, env: []envPat{{answerWordRe, false}}, expr: []exprPat{{answerWordEq, false, true}}},
+		{prio: 300, any: true},
+	}
+	for _, lv := range levels {
+		var cands []candidate
+		add := func(c candidate) {
+			if strings.TrimSpace(c.ans.Text) != "" {
+				c.start += off
+				c.end += off
+				cands = append(cands, c)
+			}
+		}
+		if lv.boxed {
+			// The plain boxed pattern runs from the first \boxed{ to the
+			// last '}' of the whole text.
+			if first := strings.Index(s, `\boxed{`); first >= 0 {
+				if last := strings.LastIndexByte(s, '}'); last > first {
+					if parts := boxedContents(s[first : last+1]); len(parts) > 0 {
+						add(candidate{first - off, last + 1 - off, Answer{strings.Join(parts, ","), TargetBoxed, lv.prio}})
+					}
+				}
+			}
+		}
+		for _, p := range lv.env {
+			for _, loc := range p.re.FindAllStringIndex(w, -1) {
+				if c, ok := envChainAt(w, loc[1], lv.prio); ok && (!p.hope || hopeRe.MatchString(w[c.end:])) {
+					c.start = loc[0]
+					add(c)
+				}
+			}
+		}
+		for _, p := range lv.expr {
+			for _, loc := range p.re.FindAllStringIndex(w, -1) {
+				c, ok := exprAt(w, loc[1], lv.prio)
+				if !ok || p.hope && !hopeRe.MatchString(w[c.end:]) || p.noEq && notEqualsRe.MatchString(w[c.end:]) {
+					continue
+				}
 				c.start = loc[0]
 				add(c)
 			}
 		}
-	}
-	for _, p := range []struct {
-		prio  int
-		re    *regexp.Regexp
-		hope  bool
-		noEqs bool
-	}{
-		{0, finalIsRe, true, false}, {50, finalJustIsX, false, false},
-		{100, answerColonEq, false, true}, {200, answerWordEq, false, true},
-	} {
-		for _, loc := range p.re.FindAllStringIndex(s, -1) {
-			c, ok := exprAt(s, loc[1], p.prio)
-			if !ok || p.hope && !hopeRe.MatchString(s[c.end:]) || p.noEqs && notEqualsRe.MatchString(s[c.end:]) {
-				continue
+		if lv.any {
+			for _, loc := range envStartRe.FindAllStringIndex(w, -1) {
+				if c, ok := envChainAt(w, loc[0], lv.prio); ok {
+					add(c)
+				}
 			}
-			c.start = loc[0]
-			add(c)
-		}
-	}
-	for _, loc := range envStartRe.FindAllStringIndex(s, -1) {
-		if c, ok := envChainAt(s, loc[0], 300); ok {
-			add(c)
-		}
-	}
-	for _, re := range []*regexp.Regexp{exprAnyRe, numAnyRe} {
-		for _, loc := range re.FindAllStringIndex(s, -1) {
-			if c, ok := exprAt(s, loc[0], 300); ok {
-				add(c)
+			for _, re := range []*regexp.Regexp{exprAnyRe, numAnyRe} {
+				for _, loc := range re.FindAllStringIndex(w, -1) {
+					if c, ok := exprAt(w, loc[0], lv.prio); ok {
+						add(c)
+					}
+				}
 			}
 		}
-	}
-	if len(cands) == 0 {
-		return Answer{}, false
-	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := cands[i], cands[j]
-		if a.ans.Priority != b.ans.Priority {
-			return a.ans.Priority < b.ans.Priority
-		}
-		if a.end != b.end {
-			return a.end > b.end
-		}
-		return a.start < b.start
-	})
-	for _, c := range cands {
-		if len(c.ans.Text) > MaxAnswerLen || Normalize(c.ans.Text) != "" {
-			return c.ans, true
+		sort.SliceStable(cands, func(i, j int) bool {
+			a, b := cands[i], cands[j]
+			if a.end != b.end {
+				return a.end > b.end
+			}
+			return a.start < b.start
+		})
+		for _, c := range cands {
+			if len(c.ans.Text) > MaxAnswerLen || Normalize(c.ans.Text) != "" {
+				return c.ans, true
+			}
 		}
 	}
 	return Answer{}, false
@@ -408,7 +436,7 @@ func envChainAt(s string, at, prio int) (candidate, bool) {
 	var parts []string
 	pos := at
 	for len(parts) < 6 {
-		rest := s[pos:]
+		rest := s[pos:min(len(s), pos+envWindow)]
 		if len(parts) > 0 {
 			sep := envSepAtRe.FindStringIndex(rest)
 			if sep == nil {
@@ -453,7 +481,7 @@ func envChainAt(s string, at, prio int) (candidate, bool) {
 // exprAt matches a plain expression or number at s[at:]; an expression needs
 // an operator and the right kind of neighbours, a number does not.
 func exprAt(s string, at, prio int) (candidate, bool) {
-	rest := s[at:]
+	rest := s[at:min(len(s), at+exprWindow)]
 	if m := exprAtRe.FindStringSubmatchIndex(rest); m != nil {
 		text := strings.TrimSpace(rest[m[2]:m[3]])
 		text = strings.NewReplacer("×", "*", "÷", "/").Replace(text)

@@ -182,4 +182,3 @@ func matchBrace(s string, open int) int {
 	}
 	return -1
 }
-

@@ -102,7 +102,7 @@ var (
 	// "percent", "percentage" and "pct" are percent signs.
 	percentWordRe = regexp.MustCompile(`(?i)\s*\b(?:percentage|percent|pct)\b`)
 	// Function names written without a backslash: "sin(x)", "log^2(x)".
-	bareFuncRe = regexp.MustCompile(`(^|[^A-Za-z\\])(sin|cos|tan|sec|csc|cot|arcsin|arccos|arctan|sinh|cosh|tanh|ln|log|exp)(\s*[(^])`)
+	bareFuncRe   = regexp.MustCompile(`(^|[^A-Za-z\\])(sin|cos|tan|sec|csc|cot|arcsin|arccos|arctan|sinh|cosh|tanh|ln|log|exp)(\s*[(^])`)
 	mixedSpaceRe = regexp.MustCompile(`^(-?\d+)\s+(\d+)\s*/\s*(\d+)$`)
 	thousandsRe  = regexp.MustCompile(`^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$`)
 	slashRe      = regexp.MustCompile(`^(-?)(\d+)/(\d+)$`)

@@ -106,14 +106,34 @@ func (c *comparer) relation(s string, depth int) (*shape, error) {
 	}
 	// The difference of the two sides of every link, to compare relations.
 	for i := range ops {
-		l, rt := r.elems[i], r.elems[i+1]
+		l, rt := c.sideExpr(r.elems[i], depth), c.sideExpr(r.elems[i+1], depth)
 		var d *shape
-		if l.kind == sScalar && rt.kind == sScalar && l.expr != nil && rt.expr != nil {
-			d = &shape{kind: sScalar, expr: &node{kind: nSub, a: l.expr, b: rt.expr}}
+		if l != nil && rt != nil {
+			d = &shape{kind: sScalar, expr: &node{kind: nSub, a: l, b: rt}}
 		}
 		r.diffs = append(r.diffs, d)
 	}
 	return r, nil
+}
+
+// sideExpr is the expression of a relation's side, also for a side that
+// reads as a word ("x", "AB"), or nil.
+func (c *comparer) sideExpr(s *shape, depth int) *node {
+	if s.kind != sScalar {
+		return nil
+	}
+	if s.expr != nil {
+		return s.expr
+	}
+	n, err := parseExpression(s.text, depth+1)
+	if err != nil {
+		return nil
+	}
+	if c.vars == nil {
+		c.vars = map[string]bool{}
+	}
+	collectVars(n, c.vars)
+	return n
 }
 
 // isEquation reports whether s is a relation of equalities only.
@@ -256,7 +276,10 @@ func (c *comparer) sameLink(op1 string, d1 *shape, op2 string, d2 *shape) bool {
 // describes: "a < x < b" is (a, b), "x \ge a" is [a, \infty), "b > x" is
 // (-\infty, b). It returns nil for anything else.
 func (c *comparer) interval(r *shape) *shape {
-	isVar := func(s *shape) bool { return s.kind == sScalar && s.expr != nil && s.expr.kind == nVar }
+	isVar := func(s *shape) bool {
+		n := c.sideExpr(s, 0)
+		return n != nil && n.kind == nVar
+	}
 	isConst := func(s *shape) bool { return s.kind == sScalar && s.expr != nil && !hasVar(s.expr) }
 	inf := func(neg bool) *shape {
 		n := &node{kind: nInf}

@@ -42,10 +42,10 @@ type shape struct {
 type comparer struct {
 	work      budget
 	symmetric bool // relation-to-interval both ways, as in Equivalent
-	memo  map[[2]*shape]bool
-	elems int
-	vars  map[string]bool
-	envs  []map[string]*big.Rat
+	memo      map[[2]*shape]bool
+	elems     int
+	vars      map[string]bool
+	envs      []map[string]*big.Rat
 }
 
 // parseShape parses a normalized answer into its structure.
