@@ -497,15 +497,15 @@ var funcs = map[string]func(float64) float64{
 	"cot":    func(x float64) float64 { return math.Cos(x) / math.Sin(x) },
 	"arcsin": math.Asin, "arccos": math.Acos, "arctan": math.Atan,
 	"sinh": math.Sinh, "cosh": math.Cosh, "tanh": math.Tanh,
-	"ln": math.Log, "log": math.Log,
+	"ln": math.Log, "log": math.Log10,
 }
 
 // inverses maps a function to the one its "^{-1}" names.
 var inverses = map[string]string{"sin": "arcsin", "cos": "arccos", "tan": "arctan"}
 
 // applyFunc evaluates a named function in float64; \log with a base is
-// log_b, and \log without one is the natural logarithm, as in
-// latex2sympy2_extended. Exact results are kept exact for a few cases that
+// log_b, \log without one is the base-10 logarithm and \ln the natural one,
+// as in latex2sympy2_extended. Exact results are kept exact for a few cases that
 // answers use as integers (\log_2 8 = 3, \ln 1 = 0, \sin 0 = 0).
 func applyFunc(name string, a value, base *value) (value, error) {
 	if a.kind == kInf || base != nil && base.kind == kInf {
@@ -534,6 +534,11 @@ func applyFunc(name string, a value, base *value) (value, error) {
 	}
 	if a.kind == kRat && a.r.Cmp(big.NewRat(1, 1)) == 0 && (name == "ln" || name == "log") {
 		return value{kind: kRat, r: new(big.Rat)}, nil
+	}
+	if name == "log" && a.kind == kRat {
+		if k, ok := exactLog(big.NewRat(10, 1), a.r); ok {
+			return value{kind: kRat, r: big.NewRat(k, 1)}, nil
+		}
 	}
 	f := funcs[name]
 	if f == nil {

@@ -515,9 +515,11 @@ func (p *parser) function(name string) (*node, error) {
 			return nil, err
 		}
 		if exp.kind == nNeg && exp.a.kind == nNum && exp.a.num.Cmp(big.NewRat(1, 1)) == 0 {
-			if inv := inverses[name]; inv != "" { // \sin^{-1} is \arcsin
-				name, exp = inv, nil
+			inv := inverses[name] // \sin^{-1} is \arcsin
+			if inv == "" {
+				return nil, errSyntax // \sec^{-1}: an inverse this parser does not know
 			}
+			name, exp = inv, nil
 		}
 	}
 	a, err := p.funcArg()
