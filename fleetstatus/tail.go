@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -69,6 +70,9 @@ func TailSubject(opts TailOptions) (string, error) {
 // Tail says how many it missed.
 const tailPendingBytes = 256 << 20
 
+// flushTimeout bounds the wait for the server to confirm the subscription.
+const flushTimeout = 10 * time.Second
+
 // Tail subscribes (core NATS: no consumer, so the work-queue streams'
 // readers lose nothing) to the records opts selects and writes each, as it
 // arrives, as one JSON line: fleet.WriteRecord's form, the same as rollout
@@ -91,10 +95,7 @@ func Tail(ctx context.Context, nc *nats.Conn, w io.Writer, opts TailOptions) (in
 	if err := sub.SetPendingLimits(-1, tailPendingBytes); err != nil {
 		return 0, fmt.Errorf("fleetstatus: %w", err)
 	}
-	if err := nc.FlushWithContext(ctx); err != nil {
-		if ctx.Err() != nil {
-			return 0, nil
-		}
+	if err := nc.FlushTimeout(flushTimeout); err != nil {
 		return 0, fmt.Errorf("fleetstatus: subscribe %s: %w", subject, err)
 	}
 	if opts.Ready != nil {
