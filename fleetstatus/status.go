@@ -62,11 +62,13 @@ type Snapshot struct {
 
 // Stream is one stream's configuration limits and state.
 type Stream struct {
-	Name      string   `json:"name"`
-	Subjects  []string `json:"subjects"`
-	Retention string   `json:"retention"`
-	Discard   string   `json:"discard"`
-	Replicas  int      `json:"replicas"`
+	Name     string   `json:"name"`
+	Subjects []string `json:"subjects"`
+	// Retention is "limits", "workqueue" or "interest"; Discard "new" or
+	// "old".
+	Retention string `json:"retention"`
+	Discard   string `json:"discard"`
+	Replicas  int    `json:"replicas"`
 	// Messages and Bytes are what the stream holds now.
 	Messages uint64 `json:"messages"`
 	Bytes    uint64 `json:"bytes"`
@@ -286,7 +288,8 @@ func readStream(ctx context.Context, st jetstream.Stream, subj messages.Subjects
 	info := st.CachedInfo()
 	cfg := info.Config
 	s := Stream{
-		Name: cfg.Name, Subjects: cfg.Subjects, Retention: cfg.Retention.String(), Discard: cfg.Discard.String(),
+		Name: cfg.Name, Subjects: cfg.Subjects,
+		Retention: strings.ToLower(cfg.Retention.String()), Discard: strings.ToLower(strings.TrimPrefix(cfg.Discard.String(), "Discard")),
 		Replicas: cfg.Replicas, Messages: info.State.Msgs, Bytes: info.State.Bytes,
 		MaxBytes: cfg.MaxBytes, MaxMsgs: cfg.MaxMsgs, MaxMsgsPerSubject: cfg.MaxMsgsPerSubject,
 		MaxAgeSeconds: cfg.MaxAge.Seconds(), Consumers: []Consumer{},

@@ -28,8 +28,7 @@ func WriteText(w io.Writer, s *Snapshot) error {
 		t := p.table("STREAM", "MESSAGES", "BYTES", "MAX BYTES", "FULL", "MAX AGE", "MAX/SUBJECT", "RETENTION", "DISCARD", "CONSUMERS")
 		for _, st := range s.Streams {
 			t.row(st.Name, st.Messages, bytesText(int64(st.Bytes)), limitBytes(st.MaxBytes), percent(st.Full(), st.MaxBytes > 0),
-				ageText(st.MaxAgeSeconds), limitCount(st.MaxMsgsPerSubject), strings.ToLower(st.Retention),
-				strings.ToLower(strings.TrimPrefix(st.Discard, "Discard")), len(st.Consumers))
+				ageText(st.MaxAgeSeconds), limitCount(st.MaxMsgsPerSubject), st.Retention, st.Discard, len(st.Consumers))
 		}
 		t.flush()
 	}
