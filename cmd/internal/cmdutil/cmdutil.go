@@ -44,9 +44,12 @@ var ErrStreamPermission = errors.New("not allowed to set up the streams")
 // reconnect.
 var ErrConnectionClosed = errors.New("nats connection closed")
 
-// Streams is the stream configuration the flags ask for.
+// Streams is the stream configuration the flags ask for. With
+// --init-streams it includes the trainers' batches stream, which the other
+// processes never use: the admin makes it with the others, for trainers
+// that may not create streams.
 func (f *Fleet) Streams() bus.StreamOptions {
-	return bus.StreamOptions{Replicas: f.Replicas, MaxBytes: f.StreamMaxBytes, StepsMaxBytes: f.StepsMaxBytes}
+	return bus.StreamOptions{Replicas: f.Replicas, MaxBytes: f.StreamMaxBytes, StepsMaxBytes: f.StepsMaxBytes, Batches: f.InitStreams}
 }
 
 // Logger returns a text logger on stderr at the given level.
