@@ -23,7 +23,7 @@ go build -o "$bin/" ./cmd/rollout
 # turns/s of one run: the summary line's turns/s field.
 run() {
   "$bin/rollout" run --env game:GuessTheNumber-v0 --episodes "$episodes" --seed 1 \
-    --out /dev/null "$@" 2>&1 >/dev/null | sed -n 's/.* turns\/s=\([0-9.]*\) .*/\1/p' | tail -1
+    --out "$bin/out.jsonl" "$@" 2>&1 >/dev/null | sed -n 's/.* turns\/s=\([0-9.]*\) .*/\1/p' | tail -1
 }
 
 # Scrape every second for as long as the script runs (a refused connection
