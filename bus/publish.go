@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,7 +41,8 @@ func streamFull(err error) bool {
 // once with ErrTooLarge. A transient failure (see Transient: no stream
 // leader while a cluster elects one, a reconnect, a timeout) is retried as
 // Retry does, for up to 20 s.
-func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) error {
+func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) (err error) {
+	defer func(start time.Time) { observePublish(start, err) }(time.Now())
 	if max := js.Conn().MaxPayload(); max > 0 && int64(len(data)) > max {
 		return fmt.Errorf("%w: %s: %d bytes > %d", ErrTooLarge, subject, len(data), max)
 	}
@@ -48,7 +50,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
-	err := Retry(ctx, func(ctx context.Context) error {
+	err = Retry(ctx, func(ctx context.Context) error {
 		_, err := js.Publish(ctx, subject, data, opts...)
 		return err
 	})

@@ -31,6 +31,7 @@ import (
 	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/metrics"
 	"github.com/rollfleet/rollfleet/nemogym"
 	"github.com/rollfleet/rollfleet/remoteenv"
 	"github.com/rollfleet/rollfleet/toyllm"
@@ -139,6 +140,9 @@ type Options struct {
 	// being full changes ("trajectory", "failure", "group"): the run waits
 	// for a reader, and says so.
 	Full func(kinds []string)
+	// Metrics, when set, receives the measurements of the run's actors and
+	// connection (see package metrics); the caller serves them.
+	Metrics *metrics.Metrics
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -295,6 +299,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	} else if err != nil {
 		return Summary{}, err
 	}
+	opts.Metrics.WatchNATS(nc, js, subj)
 
 	if opts.Ledger != nil && opts.Ledger.Resumed() {
 		// The interrupted run's consumers hold what they had delivered until
@@ -456,7 +461,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		}
 		conns[name] = nc
 	}
-	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger})
+	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger, Metrics: opts.Metrics.LLM()})
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +473,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger}
+	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger, Metrics: opts.Metrics.Env()}
 	// Made here, so that a server whose episodes standing env workers
 	// already take fails the run at start rather than its worker later.
 	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
@@ -483,7 +488,10 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger})
+	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger, Metrics: opts.Metrics.Collector()})
+	if err := expose(stack, opts, conns, lw, ew, coll); err != nil {
+		return nil, err
+	}
 	// Stopped in dependency order (reverse of start): the env worker first,
 	// so its episodes still have an LLM worker to finish with and a
 	// collector to take their last steps.

@@ -63,6 +63,8 @@ type Options struct {
 	// oldest is dropped (Stats.GroupsEvicted).
 	MaxGroups  int
 	GroupBytes int64
+	// Metrics, when set, receives every outcome stored.
+	Metrics Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -593,6 +595,7 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 			s.Invariant++
 		}
 	})
+	c.observe(out.traj, out.failure)
 	if out.failure != nil {
 		c.log.Warn("episode failed", "episode", id, "kind", out.failure.Kind, "reason", out.failure.Reason)
 	}

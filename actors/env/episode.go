@@ -82,6 +82,8 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		ep.request = meta.Sequence.Stream
 	}
 	ep.nonce = nuid.Next()
+	ep.metrics = w.episodeMetrics(req)
+	ep.metrics.Started()
 	w.live.Store(ep, msg)
 	defer w.live.Delete(ep)
 	if ep.attempt > int32(w.opts.MaxDeliver) {
@@ -92,6 +94,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	if errors.Is(err, errDecided) {
 		w.handBacks.forget(req.EpisodeID)
 		w.finished.Add(1)
+		ep.metrics.Finished(FinishDecided)
 		if err := msg.DoubleAck(ctx); err != nil {
 			w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
 		}
@@ -105,6 +108,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	}
 	if errors.Is(err, errEpisode) {
 		w.failed.Add(1)
+		ep.metrics.Failed(failureKind(err))
 		err = ep.publishFailure(ctx, err)
 	}
 	if err != nil {
@@ -118,6 +122,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	}
 	w.handBacks.forget(req.EpisodeID)
 	w.finished.Add(1)
+	ep.metrics.Finished(ep.lastReason)
 	if err := msg.DoubleAck(ctx); err != nil {
 		w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
 	}
@@ -184,6 +189,10 @@ type episode struct {
 	nonce string
 	// resumed counts the moves of this episode between workers.
 	resumed int32
+	// metrics receives the delivery's events; lastReason is the finish
+	// reason of its last turn.
+	metrics    EpisodeMetrics
+	lastReason string
 
 	game   game
 	spec   envs.Spec
@@ -287,6 +296,7 @@ func (e *episode) play(ctx context.Context) error {
 // loop plays turns until the episode is done.
 func (e *episode) loop(ctx context.Context) error {
 	for {
+		prompt := len(e.tokens)
 		ev, err := e.turnOnce(ctx)
 		if err != nil {
 			return err
@@ -295,6 +305,7 @@ func (e *episode) loop(ctx context.Context) error {
 			return err
 		}
 		e.w.turns.Add(1)
+		e.observeTurn(ev, prompt)
 		if ev.Done {
 			return nil
 		}

@@ -35,10 +35,15 @@ func main() {
 	var c cli
 	kong.Parse(&c, kong.Description("rollfleet LLM worker"))
 	cmdutil.Main("llmworker", c.Fleet, func(p cmdutil.Process) error {
-		w, err := llm.New(p.NC, llm.Options{Endpoints: c.VLLM, Model: c.Model, MaxInFlight: c.MaxInFlight, Subjects: p.Subjects, Queue: c.Queue, Logger: p.Log})
+		w, err := llm.New(p.NC, llm.Options{Endpoints: c.VLLM, Model: c.Model, MaxInFlight: c.MaxInFlight, Subjects: p.Subjects, Queue: c.Queue, Logger: p.Log, Metrics: p.Metrics.LLM()})
 		if err != nil {
 			return err
 		}
+		unexpose, err := p.Expose(w)
+		if err != nil {
+			return err
+		}
+		defer unexpose()
 		if c.Gateway == "" {
 			return w.Run(p.Ctx)
 		}

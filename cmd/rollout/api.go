@@ -14,6 +14,7 @@ import (
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/trainer"
 	"github.com/rollfleet/rollfleet/trainer/api"
 )
@@ -29,6 +30,7 @@ type apiCmd struct {
 	AckWait      time.Duration `default:"60s" help:"How long a delivered result waits for its acknowledgement before it is delivered again."`
 	MaxBodyBytes int64         `default:"16777216" help:"Largest request body accepted."`
 	LogLevel     string        `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	Metrics      string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 }
 
 func (c *apiCmd) Run() error {
@@ -38,6 +40,11 @@ func (c *apiCmd) Run() error {
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	log := cmdutil.Logger(c.LogLevel).With("process", "api")
+	m, stopMetrics, err := cmdutil.ServeMetrics(c.Metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	var nc *nats.Conn
 	if c.NATS != "" {
@@ -51,7 +58,7 @@ func (c *apiCmd) Run() error {
 			_ = bus.Drain(dctx, nc)
 		}()
 	} else {
-		f, err := fleet.StartStanding(ctx, fleet.Options{VLLM: c.VLLM, Model: c.Model, Concurrency: c.Concurrency, DataDir: c.DataDir, Logger: log})
+		f, err := fleet.StartStanding(ctx, fleet.Options{VLLM: c.VLLM, Model: c.Model, Concurrency: c.Concurrency, DataDir: c.DataDir, Logger: log, Metrics: m})
 		if err != nil {
 			return err
 		}
@@ -62,6 +69,9 @@ func (c *apiCmd) Run() error {
 		if nc, err = f.Connect("trainer-api"); err != nil {
 			return err
 		}
+	}
+	if err := watchNATS(m, nc, messages.NewSubjects("")); err != nil {
+		return err
 	}
 	client, err := trainer.New(nc, trainer.Options{AckWait: c.AckWait, Logger: log})
 	if err != nil {

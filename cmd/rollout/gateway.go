@@ -41,6 +41,7 @@ type gatewayCmd struct {
 	Out              string        `help:"Embedded server: write published trajectories as JSONL to this file ('-' for stdout)."`
 	FailuresOut      string        `help:"Embedded server: write published failure records as JSONL to this file."`
 	LogLevel         string        `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	Metrics          string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 	cmdutil.GC
 }
 
@@ -61,8 +62,16 @@ func (c *gatewayCmd) Run() error {
 			cleanups[i]()
 		}
 	}()
+	m, stopMetrics, err := cmdutil.ServeMetrics(c.Metrics, log)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, stopMetrics)
 	nc, subj, connect, err := c.connect(ctx, log, &cleanups)
 	if err != nil {
+		return err
+	}
+	if err := watchNATS(m, nc, subj); err != nil {
 		return err
 	}
 
@@ -107,8 +116,11 @@ func (c *gatewayCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		w, err := llm.New(wc, llm.Options{Endpoints: endpoints, Model: c.Model, Subjects: subj, Logger: log})
+		w, err := llm.New(wc, llm.Options{Endpoints: endpoints, Model: c.Model, Subjects: subj, Logger: log, Metrics: m.LLM()})
 		if err != nil {
+			return err
+		}
+		if err := m.WatchLLM(w); err != nil {
 			return err
 		}
 		goRun("llm worker", workerCtx, w.Run)

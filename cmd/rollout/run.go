@@ -53,6 +53,7 @@ type runCmd struct {
 	ToyMaxConcurrent  int           `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
 	Timeout           time.Duration `help:"Give up after this long (0 = never)."`
 	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	Metrics           string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port) while the run lasts."`
 	cmdutil.NATSAuth
 	cmdutil.GC
 }
@@ -175,6 +176,12 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 			}
 		}
 	}
+	m, stopMetrics, err := cmdutil.ServeMetrics(c.Metrics, opts.Logger)
+	if err != nil {
+		return sum, err
+	}
+	defer stopMetrics()
+	opts.Metrics = m
 	sum, err = fleet.Run(ctx, opts)
 	if sum.Started {
 		if len(sum.PerEnv) > 1 {

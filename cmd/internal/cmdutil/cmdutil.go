@@ -19,6 +19,7 @@ import (
 	"github.com/rollfleet/rollfleet/actors/collector"
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/metrics"
 )
 
 // Fleet holds the flags every fleet process takes.
@@ -31,6 +32,7 @@ type Fleet struct {
 	StepsMaxBytes  int64  `default:"1073741824" help:"Size limit of the steps stream, in bytes (-1: unlimited)."`
 	InitStreams    bool   `help:"Create the missing streams and exit: run once as a user allowed to create streams (the admin) when the others may not."`
 	LogLevel       string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	Metrics        string `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 	GC
 }
 
@@ -159,6 +161,9 @@ type Process struct {
 	JS       jetstream.JetStream
 	Subjects messages.Subjects
 	Log      *slog.Logger
+	// Metrics are the process's metrics: nil without --metrics (a nil
+	// *metrics.Metrics measures nothing).
+	Metrics *metrics.Metrics
 }
 
 // Main runs a fleet process: connect, run body until a signal, drain, and
@@ -178,10 +183,16 @@ func Main(name string, f Fleet, body func(Process) error) {
 func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error {
 	sctx, stop := SignalContext()
 	defer stop()
+	m, stopMetrics, err := ServeMetrics(f.Metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	nc, js, subj, err := f.Connect(sctx, name, log)
 	if err != nil {
 		return err
 	}
+	m.WatchNATS(nc, js, subj)
 	if f.InitStreams {
 		log.Info("streams ready")
 		return drain(nc, nil)
@@ -195,7 +206,7 @@ func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error
 	if nc.IsClosed() {
 		cancel(f.closedError(nc))
 	}
-	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log})
+	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log, Metrics: m})
 	if nc.IsClosed() {
 		// The body may have seen the closed connection before the handler
 		// ran: the reason matters more than the body's error.
