@@ -72,16 +72,12 @@ func BenchmarkGrade(b *testing.B) {
 	b.ReportMetric(float64(worst.Microseconds()), "worst-hostile-µs")
 }
 
-// TestPathologicalFast checks that every hostile pair grades as 0 and does
-// not hang: 2 s is a generous bound that holds under the race detector too
-// (BenchmarkGrade measures the real figures).
-func TestPathologicalFast(t *testing.T) {
+// TestPathological checks that every hostile pair ends, graded 0
+// (BenchmarkGrade measures how fast).
+func TestPathological(t *testing.T) {
+	// How fast is BenchmarkGrade's to say; here each must end, unrewarded.
 	for i, p := range pathological() {
-		t0 := time.Now()
 		r := mathgrade.Grade(p[0], p[1])
-		if d := time.Since(t0); d > 2*time.Second {
-			t.Errorf("pathological pair %d took %v", i, d)
-		}
 		if r.Reward != 0 {
 			t.Errorf("pathological pair %d rewarded", i)
 		}
