@@ -139,6 +139,13 @@ type Options struct {
 	// being full changes ("trajectory", "failure", "group"): the run waits
 	// for a reader, and says so.
 	Full func(kinds []string)
+	// Attach, when set, is called once the run's NATS server is up and its
+	// streams exist, before anything is submitted, with a function that
+	// opens named connections to it: an observer (the dashboard) watches the
+	// run through it. Its stop is called when the run ends, after the actors
+	// have stopped and before its connections are drained; an error ends the
+	// run before it starts.
+	Attach func(connect func(name string) (*nats.Conn, error)) (stop func(), err error)
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -294,6 +301,13 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		opts.Logger.Warn("streams left as they are", "err", err)
 	} else if err != nil {
 		return Summary{}, err
+	}
+	if opts.Attach != nil {
+		stopAttached, err := opts.Attach(connect)
+		if err != nil {
+			return Summary{}, fmt.Errorf("fleet: attach: %w", err)
+		}
+		stack.push(stopAttached)
 	}
 
 	if opts.Ledger != nil && opts.Ledger.Resumed() {

@@ -53,6 +53,7 @@ type runCmd struct {
 	ToyMaxConcurrent  int           `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
 	Timeout           time.Duration `help:"Give up after this long (0 = never)."`
 	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	Dashboard         string        `placeholder:"ADDR" help:"Serve a live dashboard of the run on ADDR (host:port; port 0: any free port; the URL is printed)."`
 	cmdutil.NATSAuth
 	cmdutil.GC
 }
@@ -122,6 +123,13 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		// Drawn here so that the manifest can make the same episodes again.
 		s := rand.Uint64()
 		opts.Seed = &s
+	}
+	if c.Dashboard != "" {
+		closeDashboard, err := startRunDashboard(c.Dashboard, &opts, opts.Logger)
+		if err != nil {
+			return sum, err
+		}
+		defer closeDashboard()
 	}
 	files, err := c.openRunFiles(&opts)
 	if err != nil {
