@@ -34,7 +34,7 @@ func traj(run, id, env string, turns int32, success bool, reward float64) *messa
 // clock is a settable time.
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time           { return c.t }
+func (c *clock) now() time.Time          { return c.t }
 func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func testOptions(c *clock) Options {
