@@ -11,6 +11,10 @@ const SVG = 'http://www.w3.org/2000/svg';
 // Okabe–Ito colours, told apart with most colour-vision deficiencies.
 const PALETTE = ['#0072b2', '#d55e00', '#009e73', '#cc79a7', '#e69f00', '#56b4e9', '#000000', '#7f6a00'];
 
+// LATEST_SHOWN is how many of the latest failure reasons the page lists
+// (the snapshot has more).
+const LATEST_SHOWN = 8;
+
 const $ = (id) => document.getElementById(id);
 
 function svgEl(tag, attrs, text) {
@@ -57,7 +61,8 @@ function niceCeil(v) {
 // times, null for a gap) into svg, with y from yMin to yMax (default: a
 // nice bound above the largest value).
 function lineChart(svg, times, series, opts) {
-  const o = Object.assign({ w: 400, h: 170, yMin: 0, yMax: null, fmt: compact }, opts);
+  const box = svg.viewBox.baseVal;
+  const o = Object.assign({ w: box.width, h: box.height, yMin: 0, yMax: null, fmt: compact }, opts);
   const m = { l: 44, r: 8, t: 8, b: 22 };
   svg.replaceChildren();
   let top = o.yMax;
@@ -70,9 +75,11 @@ function lineChart(svg, times, series, opts) {
   const y = (v) => m.t + ph * (1 - (v - o.yMin) / (top - o.yMin));
   const n = times.length;
   const x = (i) => m.l + (n <= 1 ? pw : pw * i / (n - 1));
-  for (const f of [0, 0.5, 1]) {
-    const v = o.yMin + f * (top - o.yMin);
-    svg.append(svgEl('line', { class: f === 0 ? 'axis' : 'grid', x1: m.l, x2: o.w - m.r, y1: y(v), y2: y(v) }));
+  // Grid lines at the bottom, the middle (or 0, when the range spans it)
+  // and the top.
+  const mid = o.yMin < 0 && top > 0 ? 0 : (o.yMin + top) / 2;
+  for (const v of [o.yMin, mid, top]) {
+    svg.append(svgEl('line', { class: v === o.yMin ? 'axis' : 'grid', x1: m.l, x2: o.w - m.r, y1: y(v), y2: y(v) }));
     svg.append(svgEl('text', { x: m.l - 4, y: y(v) + 4, 'text-anchor': 'end' }, o.fmt(v)));
   }
   if (n === 0) {
@@ -104,7 +111,7 @@ function lineChart(svg, times, series, opts) {
 // barChart draws a histogram: counts[i] of the values up to bounds[i], the
 // last count above every bound.
 function barChart(svg, hist, label) {
-  const w = 600, h = 170, m = { l: 44, r: 8, t: 8, b: 22 };
+  const w = svg.viewBox.baseVal.width, h = svg.viewBox.baseVal.height, m = { l: 44, r: 8, t: 8, b: 22 };
   svg.replaceChildren();
   const counts = hist.counts || [];
   const total = counts.reduce((a, b) => a + b, 0);
@@ -206,7 +213,7 @@ function render(s) {
   barChart($('chart-length'), s.episode_turns, String);
 
   rows($('failure-kinds'), s.failure_kinds, (k) => [td(k.kind), td(integer(k.count), 'num')], 'None.');
-  rows($('failure-latest'), s.latest_failures, (f) =>
+  rows($('failure-latest'), s.latest_failures.slice(0, LATEST_SHOWN), (f) =>
     [td(clock(Date.parse(f.time))), td(f.kind), td(f.env || ''), td(f.reason, 'reason')], 'None.');
 
   const fl = s.fleet;
