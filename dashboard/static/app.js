@@ -79,6 +79,7 @@ function lineChart(svg, times, series, opts) {
   // and the top.
   const mid = o.yMin < 0 && top > 0 ? 0 : (o.yMin + top) / 2;
   for (const v of [o.yMin, mid, top]) {
+    if (v === mid && Math.min(y(o.yMin) - y(mid), y(mid) - y(top)) < 14) continue; // labels would overlap
     svg.append(svgEl('line', { class: v === o.yMin ? 'axis' : 'grid', x1: m.l, x2: o.w - m.r, y1: y(v), y2: y(v) }));
     svg.append(svgEl('text', { x: m.l - 4, y: y(v) + 4, 'text-anchor': 'end' }, o.fmt(v)));
   }
@@ -199,7 +200,7 @@ function render(s) {
   for (const e of envs) for (const v of e.mean_reward_series) if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
   lineChart($('chart-reward'), ser.t,
     envs.map((e) => ({ name: e.env, color: e.color, values: e.mean_reward_series })),
-    { yMin: lo < 0 ? -niceCeil(-lo) : 0, yMax: niceCeil(hi), fmt: fixed });
+    { yMin: lo < 0 ? -niceCeil(Math.max(-lo, hi / 10)) : 0, yMax: niceCeil(hi), fmt: fixed });
   rows($('envs'), envs, (e) => {
     const name = td(e.env);
     name.prepend(swatch(e.color));
