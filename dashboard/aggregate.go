@@ -405,9 +405,8 @@ func (a *aggregator) fill(s *Snapshot, now time.Time, rng string) {
 		first = st - st%int64(r.step)
 	}
 	ser := Series{Range: rng, StepSeconds: r.step.Seconds(), SpanSeconds: (time.Duration(len(r.buckets)) * r.step).Seconds()}
-	envIDs := slices.SortedFunc(maps.Keys(a.envs), func(x, y string) int {
-		return cmp.Or(cmp.Compare(a.envs[y].Trajectories+a.envs[y].Failures, a.envs[x].Trajectories+a.envs[x].Failures), cmp.Compare(x, y))
-	})
+	// By id: an env keeps its place, and its colour on the page.
+	envIDs := slices.Sorted(maps.Keys(a.envs))
 	envs := make([]EnvStats, len(envIDs))
 	for i, id := range envIDs {
 		envs[i] = EnvStats{Env: id, Totals: totalsOf(*a.envs[id])}

@@ -209,3 +209,34 @@ func TestHistogramBins(t *testing.T) {
 		t.Fatalf("counts %v, want %v", h.counts, want)
 	}
 }
+
+// TestMergeWorkers: a worker that answers is judged against the policy
+// state; one that stops answering turns silent and is forgotten after five
+// minutes.
+func TestMergeWorkers(t *testing.T) {
+	p := &poller{workers: map[string]Worker{}}
+	t0 := time.Unix(1_000_000, 0)
+	pol := &messages.PolicyState{V: messages.Version, Epoch: 2, Version: 1}
+	st := func(kind, id string, epoch uint64, paused bool) messages.WorkerStatus {
+		return messages.WorkerStatus{V: messages.Version, Kind: kind, ID: id, Epoch: epoch, Paused: paused}
+	}
+	health := func(ws []Worker) string {
+		var b []string
+		for _, w := range ws {
+			b = append(b, w.Kind+"/"+w.ID+"="+w.Health)
+		}
+		return fmt.Sprint(b)
+	}
+	ws := p.mergeWorkers(t0, []messages.WorkerStatus{st("env", "e1", 2, false), st("llm", "l1", 1, false), st("llm", "l2", 2, true)}, pol)
+	if got, want := health(ws), "[llm/l1=behind llm/l2=paused env/e1=ok]"; got != want {
+		t.Fatalf("health %s, want %s", got, want)
+	}
+	ws = p.mergeWorkers(t0.Add(time.Minute), []messages.WorkerStatus{st("env", "e1", 2, false)}, pol)
+	if got, want := health(ws), "[llm/l1=silent llm/l2=silent env/e1=ok]"; got != want {
+		t.Fatalf("health %s, want %s", got, want)
+	}
+	ws = p.mergeWorkers(t0.Add(6*time.Minute), []messages.WorkerStatus{st("env", "e1", 2, false)}, pol)
+	if got, want := health(ws), "[env/e1=ok]"; got != want {
+		t.Fatalf("health %s, want %s", got, want)
+	}
+}

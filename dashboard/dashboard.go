@@ -123,7 +123,7 @@ type Snapshot struct {
 	Rates  Rates  `json:"rates"`
 	// Series holds the throughput of each bucket of the range.
 	Series Series `json:"series"`
-	// Envs breaks the outcomes down by env, the busiest first.
+	// Envs breaks the outcomes down by env, by id.
 	Envs []EnvStats `json:"envs"`
 	// TurnLatency is the distribution of each trajectory's mean time per
 	// turn spent generating (Trajectory.GenerateNanos / turns), in ms;

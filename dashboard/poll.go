@@ -35,9 +35,11 @@ type FleetState struct {
 // see it: what it last answered, and whether it answered the last request.
 type Worker struct {
 	messages.WorkerStatus
-	// Health is "ok" when the worker answered the last status request and
-	// "silent" when it answered an earlier one only. A worker silent for
-	// five minutes is forgotten.
+	// Health is as rollout status judges it for a worker that answered
+	// the last status request: "ok" (it applies the fleet's current policy
+	// state), "paused" (it applies a pause) or "behind" (an older policy
+	// epoch); and "silent" for one that answered an earlier request only. A
+	// worker silent for five minutes is forgotten.
 	Health   string    `json:"health"`
 	LastSeen time.Time `json:"last_seen"`
 }
@@ -69,6 +71,8 @@ const (
 	workerForget = 5 * time.Minute
 	pollTimeout  = 5 * time.Second
 	healthOK     = "ok"
+	healthPaused = "paused"
+	healthBehind = "behind"
 	healthSilent = "silent"
 )
 
@@ -125,15 +129,15 @@ func (p *poller) poll(ctx context.Context) FleetState {
 	st.WorkersError, st.PolicyError, st.StreamsError = "", "", ""
 
 	now := p.opts.Now()
-	if ws, err := p.ctl.Workers(ctx); err != nil {
-		st.WorkersError = err.Error()
-	} else {
-		st.Workers = p.mergeWorkers(now, ws)
-	}
 	if pol, err := p.ctl.State(ctx); err != nil {
 		st.PolicyError = err.Error()
 	} else {
 		st.Policy = &pol
+	}
+	if ws, err := p.ctl.Workers(ctx); err != nil {
+		st.WorkersError = err.Error()
+	} else {
+		st.Workers = p.mergeWorkers(now, ws, st.Policy)
 	}
 	streams, err := p.readStreams(ctx)
 	if err != nil {
@@ -147,9 +151,10 @@ func (p *poller) poll(ctx context.Context) FleetState {
 	return st
 }
 
-// mergeWorkers updates the known workers with the answers of one request
-// and returns them, LLM workers first, by id.
-func (p *poller) mergeWorkers(now time.Time, answers []messages.WorkerStatus) []Worker {
+// mergeWorkers updates the known workers with the answers of one request,
+// judged against the policy state, and returns them, LLM workers first, by
+// id.
+func (p *poller) mergeWorkers(now time.Time, answers []messages.WorkerStatus, policy *messages.PolicyState) []Worker {
 	for k, w := range p.workers {
 		w.Health = healthSilent
 		if now.Sub(w.LastSeen) > workerForget {
@@ -163,7 +168,14 @@ func (p *poller) mergeWorkers(now time.Time, answers []messages.WorkerStatus) []
 		if _, ok := p.workers[k]; !ok && len(p.workers) >= maxWorkers {
 			continue
 		}
-		p.workers[k] = Worker{WorkerStatus: a, Health: healthOK, LastSeen: now}
+		h := healthOK
+		switch {
+		case policy != nil && a.Epoch < policy.Epoch:
+			h = healthBehind
+		case a.Paused:
+			h = healthPaused
+		}
+		p.workers[k] = Worker{WorkerStatus: a, Health: h, LastSeen: now}
 	}
 	out := slices.Collect(maps.Values(p.workers))
 	slices.SortFunc(out, func(a, b Worker) int {
