@@ -21,6 +21,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -195,7 +196,7 @@ func (d *Dashboard) Watch(nc *nats.Conn) (stop func(), err error) {
 	if d.opts.Run != "" {
 		trajSubject, failSubject = subj.TrajectoriesOfRun(d.opts.Run), subj.FailuresOfRun(d.opts.Run)
 	}
-	ts, err := nc.Subscribe(trajSubject, func(m *nats.Msg) {
+	tsub, err := nc.Subscribe(trajSubject, func(m *nats.Msg) {
 		t, err := messages.Decode[messages.Trajectory](m.Data)
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -208,7 +209,7 @@ func (d *Dashboard) Watch(nc *nats.Conn) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: subscribe %s: %w", trajSubject, err)
 	}
-	fs, err := nc.Subscribe(failSubject, func(m *nats.Msg) {
+	fsub, err := nc.Subscribe(failSubject, func(m *nats.Msg) {
 		f, err := messages.Decode[messages.Failure](m.Data)
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -219,24 +220,24 @@ func (d *Dashboard) Watch(nc *nats.Conn) (stop func(), err error) {
 		d.agg.failure(d.opts.Now(), f)
 	})
 	if err != nil {
-		_ = ts.Unsubscribe()
+		_ = tsub.Unsubscribe()
 		return nil, fmt.Errorf("dashboard: subscribe %s: %w", failSubject, err)
 	}
 	// The subscriptions are in place once the server has them (a connection
 	// still being made sends them when it is).
 	if err := nc.Flush(); err != nil && nc.IsConnected() {
-		_ = ts.Unsubscribe()
-		_ = fs.Unsubscribe()
+		_ = tsub.Unsubscribe()
+		_ = fsub.Unsubscribe()
 		return nil, fmt.Errorf("dashboard: subscribe: %w", err)
 	}
 	d.mu.Lock()
-	d.subs = append(d.subs, ts, fs)
+	d.subs = append(d.subs, tsub, fsub)
 	d.mu.Unlock()
 
 	p, err := newPoller(nc, d.opts)
 	if err != nil {
-		_ = ts.Unsubscribe()
-		_ = fs.Unsubscribe()
+		_ = tsub.Unsubscribe()
+		_ = fsub.Unsubscribe()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -255,13 +256,13 @@ func (d *Dashboard) Watch(nc *nats.Conn) (stop func(), err error) {
 			wg.Wait()
 			d.mu.Lock()
 			defer d.mu.Unlock()
-			for _, s := range []*nats.Subscription{ts, fs} {
+			for _, s := range []*nats.Subscription{tsub, fsub} {
 				if n, err := s.Dropped(); err == nil {
 					d.dropped += int64(n)
 				}
 				_ = s.Unsubscribe()
 			}
-			d.subs = deleteSubs(d.subs, ts, fs)
+			d.subs = deleteSubs(d.subs, tsub, fsub)
 		})
 	}, nil
 }
@@ -376,7 +377,7 @@ func Listen(d *Dashboard, addr string) (*Server, error) {
 	}
 	s := &Server{d: d, ln: ln, srv: &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}}
 	s.wg.Go(func() {
-		if err := s.srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.opts.Logger.Error("dashboard: serve", "err", err)
 		}
 	})
