@@ -316,10 +316,11 @@ func TestBrowser(t *testing.T) {
 		err error
 	}
 	ran := make(chan result, 1)
+	dataDir := t.TempDir()
 	go func() {
 		sum, err := fleet.Run(ctx, fleet.Options{
 			Env: "game:GuessTheNumber-v0,game:Mastermind-v0-easy,game:Minesweeper-v0-easy", Episodes: episodes, Seed: &seed,
-			MaxLength: 1024, MaxTokens: 64, Concurrency: 8, DataDir: t.TempDir(),
+			MaxLength: 1024, MaxTokens: 64, Concurrency: 8, DataDir: dataDir,
 			ToyLLM: toyllm.Options{TokenLatency: 200 * time.Microsecond},
 			Attach: func(connect func(string) (*nats.Conn, error)) (func(), error) {
 				nc, err := connect("dashboard")
@@ -340,7 +341,14 @@ func TestBrowser(t *testing.T) {
 		})
 		ran <- result{sum, err}
 	}()
-	defer once.Do(func() { close(allDone) })
+	// On a failure, the run ends with ctx before the test returns.
+	finished := false
+	defer func() {
+		if !finished {
+			cancel()
+			<-ran
+		}
+	}()
 
 	// Live data while the run goes on: the first episodes appear.
 	var fig pageFigures
@@ -353,6 +361,7 @@ func TestBrowser(t *testing.T) {
 	select {
 	case <-allDone:
 	case r := <-ran:
+		finished = true
 		t.Fatalf("the run ended before its last episode: %v", r.err)
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
@@ -380,6 +389,7 @@ func TestBrowser(t *testing.T) {
 
 	close(release)
 	r := <-ran
+	finished = true
 	if r.err != nil {
 		t.Fatalf("run: %v", r.err)
 	}
