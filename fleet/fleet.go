@@ -143,6 +143,13 @@ type Options struct {
 	// Metrics, when set, receives the measurements of the run's actors and
 	// connection (see package metrics); the caller serves them.
 	Metrics *metrics.Metrics
+	// Attach, when set, is called once the run's NATS server is up and its
+	// streams exist, before anything is submitted, with a function that
+	// opens named connections to it: an observer (the dashboard) watches the
+	// run through it. Its stop is called when the run ends, after the actors
+	// have stopped and before its connections are drained; an error ends the
+	// run before it starts.
+	Attach func(connect func(name string) (*nats.Conn, error)) (stop func(), err error)
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -300,6 +307,13 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return Summary{}, err
 	}
 	opts.Metrics.WatchNATS(nc, js, subj)
+	if opts.Attach != nil {
+		stopAttached, err := opts.Attach(connect)
+		if err != nil {
+			return Summary{}, fmt.Errorf("fleet: attach: %w", err)
+		}
+		stack.push(stopAttached)
+	}
 
 	if opts.Ledger != nil && opts.Ledger.Resumed() {
 		// The interrupted run's consumers hold what they had delivered until

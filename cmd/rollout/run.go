@@ -54,6 +54,7 @@ type runCmd struct {
 	Timeout           time.Duration `help:"Give up after this long (0 = never)."`
 	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
 	Metrics           string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port) while the run lasts."`
+	Dashboard         string        `placeholder:"ADDR" help:"Serve a live dashboard of the run on ADDR (host:port; port 0: any free port; the URL is printed)."`
 	cmdutil.NATSAuth
 	cmdutil.GC
 }
@@ -123,6 +124,13 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		// Drawn here so that the manifest can make the same episodes again.
 		s := rand.Uint64()
 		opts.Seed = &s
+	}
+	if c.Dashboard != "" {
+		closeDashboard, err := startRunDashboard(c.Dashboard, &opts, opts.Logger)
+		if err != nil {
+			return sum, err
+		}
+		defer closeDashboard()
 	}
 	files, err := c.openRunFiles(&opts)
 	if err != nil {
