@@ -3,7 +3,10 @@ package envs
 import (
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
+	"regexp"
+	"strings"
 
 	"github.com/rollfleet/rollfleet/envs/mathgrade"
 	"github.com/rollfleet/rollfleet/nemogym"
@@ -116,7 +119,7 @@ func (m *mathEnv) Info() Info {
 		info["system"] = nemogym.SystemPrompt
 	}
 	if m.s.Attempts > 0 {
-		info["extracted_answer"] = m.s.Extracted
+		info["extracted_answer"] = MathAnswerString(m.s.Extracted)
 		info["expected_answer"] = m.s.Answer
 		info["library_reward"] = fmt.Sprint(m.s.Reward)
 	}
@@ -166,3 +169,60 @@ func (m *mathEnv) Turn() int { return m.s.Attempts }
 
 // MaxTurns is the number of answers allowed.
 func (m *mathEnv) MaxTurns() int { return m.s.MaxAttempts }
+
+// Whole-answer forms MathAnswerString writes as sympy prints them.
+var (
+	intAnswer  = regexp.MustCompile(`^-?[0-9]+$`)
+	fracAnswer = regexp.MustCompile(`^(-?)(?:\\frac\{(-?[0-9]+)\}\{([0-9]+)\}|([0-9]+)/([0-9]+))$`)
+)
+
+// MathAnswerString is the extracted answer as a result reports it, as close
+// to NeMo Gym's (the str of math_verify's parsed sympy expression) as the
+// grader can give: the answer normalized by mathgrade.Normalize, with a whole
+// integer or fraction of integers written as sympy prints the number ("007"
+// is "7", "\frac{6}{8}" is "3/4", "\frac{4}{2}" is "2"). Other answers stay
+// normalized LaTeX ("\sqrt{2}" where sympy says "sqrt(2)"). Empty when
+// nothing was extracted.
+func MathAnswerString(extracted string) string {
+	if strings.TrimSpace(extracted) == "" {
+		return ""
+	}
+	n := mathgrade.Normalize(extracted)
+	if n == "" {
+		return strings.TrimSpace(extracted)
+	}
+	if len(n) > 200 {
+		return n
+	}
+	if intAnswer.MatchString(n) {
+		v, _ := new(big.Int).SetString(n, 10)
+		return v.String()
+	}
+	if m := fracAnswer.FindStringSubmatch(n); m != nil {
+		num, den := m[2]+m[4], m[3]+m[5]
+		a, _ := new(big.Int).SetString(num, 10)
+		d, _ := new(big.Int).SetString(den, 10)
+		if d.Sign() == 0 {
+			return n
+		}
+		r := new(big.Rat).SetFrac(a, d)
+		if m[1] == "-" {
+			r.Neg(r)
+		}
+		return r.RatString()
+	}
+	return n
+}
+
+// MathInput returns the first prompt a math env asks a question with, as
+// chat messages: the system prompt of "math:nemo" (empty for "math") and
+// the user message. ok is false for any other env id.
+func MathInput(id, question string) (system, user string, ok bool) {
+	switch id {
+	case "math":
+		return "", question + mathPrompt, true
+	case "math:nemo":
+		return nemogym.SystemPrompt, question, true
+	}
+	return "", "", false
+}
