@@ -119,6 +119,12 @@ type Options struct {
 	// Filter it receives only the trajectories of kept groups. Nothing is
 	// written before the run has started (Summary.Started).
 	Out io.Writer
+	// MathJudge, when set, asks an LLM judge about the math answers the
+	// grader rejects, both ways round, as NeMo Gym's math server does: a
+	// model name (the LLM workers' model judges; the name is recorded) or
+	// the URL of a vLLM server, which an LLM worker of its own serves on
+	// subjects under JudgePrefix.
+	MathJudge string
 	// Format is the format of Out's lines: FormatOpenRLHF (when empty) or
 	// FormatNeMoGym.
 	Format string
@@ -177,6 +183,10 @@ func (o *Options) setDefaults() {
 		o.Out = io.Discard
 	}
 }
+
+// JudgePrefix is the subject prefix of the LLM worker that serves a math
+// judge given by URL (Options.MathJudge).
+const JudgePrefix = "rfjudge"
 
 // DatasetRow is one line of a dataset file: a prompt row, a math
 // question/answer row, or a NeMo Gym data item (see UnmarshalJSON).
@@ -483,6 +493,30 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		return nil, err
 	}
 	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger}
+	if opts.MathJudge != "" {
+		envOpts.Judge = &envactor.JudgeOptions{Model: opts.MathJudge}
+		if strings.HasPrefix(opts.MathJudge, "http://") || strings.HasPrefix(opts.MathJudge, "https://") {
+			nc, err := connect("judge")
+			if err != nil {
+				return nil, err
+			}
+			subj := messages.NewSubjects(JudgePrefix)
+			jw, err := llm.New(nc, llm.Options{Endpoints: []string{opts.MathJudge}, Subjects: subj, Logger: opts.Logger})
+			if err != nil {
+				return nil, err
+			}
+			envOpts.Judge.Subjects = subj
+			jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := jw.Run(jctx); err != nil {
+					opts.Logger.Error("judge LLM worker stopped", "err", err)
+				}
+			}()
+			stack.push(func() { cancel(); <-done; nc.Close() })
+		}
+	}
 	// Made here, so that a server whose episodes standing env workers
 	// already take fails the run at start rather than its worker later.
 	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
@@ -721,8 +755,15 @@ func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 		style = opts.ObsStyle
 	}
 	task, rollout := p.indices(idx)
+	var envOpts []byte
+	if opts.MathJudge != "" {
+		if spec, err := envs.Lookup(row.Env); err == nil && spec.Family == "Math" {
+			envOpts = []byte(`{"judge":true}`)
+		}
+	}
 	return &messages.EpisodeRequest{
-		V: messages.Version, RunID: p.runID, EpisodeID: EpisodeID(p.runID, idx),
+		EnvOptions: envOpts,
+		V:          messages.Version, RunID: p.runID, EpisodeID: EpisodeID(p.runID, idx),
 		GroupID: GroupID(p.runID, g), SampleIndex: int32(i), GroupSize: int32(n),
 		Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
 		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: task, RolloutIndex: rollout,

@@ -222,3 +222,51 @@ func numbers(xs []any) []int32 {
 	}
 	return out
 }
+
+// TestNeMoGymJudge: with a math judge, every answer the grader rejects that
+// has a box is judged through the fleet's LLM workers (the stand-in, which
+// says the off-by-one answers differ) and its evaluations recorded; answers
+// without a box and rewarded ones are not judged.
+func TestNeMoGymJudge(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	seed := uint64(3)
+	sum, err := Run(context.Background(), Options{
+		Dataset: filepath.Join("..", "examples", "math", "items.jsonl"), NSamples: 4, Seed: &seed, MaxLength: 1024, MaxTokens: 128,
+		Format: FormatNeMoGym, MathJudge: "judge-model", Out: &out, DataDir: filepath.Join(dir, "nats"),
+	})
+	if err != nil || sum.Failures != 0 {
+		t.Fatalf("run: %v (%s)", err, sum)
+	}
+	judged := 0
+	for n, line := range bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
+		var rec struct {
+			Reward        float64           `json:"reward"`
+			LibraryReward float64           `json:"library_reward"`
+			Extracted     *string           `json:"extracted_answer"`
+			Evals         []json.RawMessage `json:"judge_evaluations"`
+			Response      struct {
+				Output []struct {
+					Content []struct{ Text string }
+				}
+			}
+		}
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatal(err)
+		}
+		text := rec.Response.Output[0].Content[0].Text
+		wantJudge := rec.LibraryReward == 0 && strings.Contains(text, `\boxed{`)
+		if (rec.Evals != nil) != wantJudge {
+			t.Fatalf("line %d: judged %v for %q (library %v)", n+1, rec.Evals != nil, text, rec.LibraryReward)
+		}
+		if wantJudge {
+			judged++
+			if len(rec.Evals) != 1 || rec.Reward != 0 || !bytes.Contains(rec.Evals[0], []byte(`[[A!=B]]`)) || !bytes.Contains(rec.Evals[0], []byte(`"model":"judge-model"`)) {
+				t.Fatalf("line %d: reward %v evaluations %s", n+1, rec.Reward, rec.Evals)
+			}
+		}
+	}
+	if judged == 0 {
+		t.Fatal("no answer was judged")
+	}
+}

@@ -528,3 +528,39 @@ func hasWord(q []byte, words []string) bool {
 	}
 	return false
 }
+
+// The stand-in also judges, as NeMo Gym's math judge is asked: it says the
+// two answers are equal when their texts are, spaces aside.
+var (
+	judgeA    = []byte("<|Start of Assistant A's Answer|>\n")
+	judgeAEnd = []byte("\n<|End of Assistant A's Answer|>")
+	judgeB    = []byte("<|Start of Assistant B's Answer|>\n")
+	judgeBEnd = []byte("\n<|End of Assistant B's Answer|>")
+)
+
+// appendJudgePlan appends a verdict on a judge prompt, or reports false when
+// the conversation is not one.
+func appendJudgePlan(dst, text []byte) ([]byte, bool) {
+	between := func(open, end []byte) ([]byte, bool) {
+		i := bytes.LastIndex(text, open)
+		if i < 0 {
+			return nil, false
+		}
+		rest := text[i+len(open):]
+		j := bytes.Index(rest, end)
+		if j < 0 {
+			return nil, false
+		}
+		return rest[:j], true
+	}
+	a, okA := between(judgeA, judgeAEnd)
+	b, okB := between(judgeB, judgeBEnd)
+	if !okA || !okB {
+		return dst, false
+	}
+	squeeze := func(s []byte) string { return strings.Join(strings.Fields(string(s)), "") }
+	if squeeze(a) == squeeze(b) {
+		return append(dst, "The answers are the same. My final verdict is equivalent [[A=B]]"...), true
+	}
+	return append(dst, "The answers differ. My final verdict is different [[A!=B]]"...), true
+}
