@@ -493,6 +493,16 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		return nil, err
 	}
 	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger}
+	// Made here, so that a server whose episodes standing env workers
+	// already take fails the run at start rather than its worker later.
+	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsWQNotUnique || apiErr.ErrorCode == jsWQMultipleUnfiltered) {
+		return nil, fmt.Errorf("%w: env workers of this server take every run's episodes (%v); run with --submit-only to let them play this one", ErrEpisodesTaken, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fleet: episodes consumer: %w", err)
+	}
 	if opts.MathJudge != "" {
 		envOpts.Judge = &envactor.JudgeOptions{Model: opts.MathJudge}
 		if strings.HasPrefix(opts.MathJudge, "http://") || strings.HasPrefix(opts.MathJudge, "https://") {
@@ -516,16 +526,6 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 			}()
 			stack.push(func() { cancel(); <-done; nc.Close() })
 		}
-	}
-	// Made here, so that a server whose episodes standing env workers
-	// already take fails the run at start rather than its worker later.
-	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsWQNotUnique || apiErr.ErrorCode == jsWQMultipleUnfiltered) {
-		return nil, fmt.Errorf("%w: env workers of this server take every run's episodes (%v); run with --submit-only to let them play this one", ErrEpisodesTaken, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("fleet: episodes consumer: %w", err)
 	}
 	ew, err := envactor.New(conns["envworker"], envJS, envOpts)
 	if err != nil {
