@@ -468,6 +468,9 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	if err != nil {
 		return nil, e.fail("env step %d: %v", e.turn, err)
 	}
+	if res, err = e.judge(ctx, res); err != nil {
+		return nil, err
+	}
 	done := res.Done()
 	var ftoks []int32
 	feedback := res.Observation

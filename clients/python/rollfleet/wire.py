@@ -512,6 +512,7 @@ _EPISODE_REQUEST = _Struct(
         ("os", "obs_style", _str),
         ("ms", "messages", _list(_CHAT_MESSAGE)),
         ("ti", "task_index", _i32),
+        ("ri", "rollout_index", _i32),
         ("po", "prompt_overflow", _str),
     ],
 )
@@ -606,6 +607,8 @@ _TRAJECTORY = _Struct(
         ("ti", "_ng_task_index", _i32),
         ("rs", "resumed", _i32),
         ("ptc", "prompt_truncated_tokens", _i32),
+        ("ri", "rollout_index", _i32),
+        ("rtx", "responses", _list(_str)),
     ],
 )
 
