@@ -37,6 +37,12 @@ func TestFleetIsDiscoverable(t *testing.T) {
 	for _, kind := range []string{service.KindEnv, service.KindLLM, service.KindCollector} {
 		name := service.NamePrefix + kind
 		t.Run(kind, func(t *testing.T) {
+			// A worker registers once it runs, which may be a moment after
+			// the fleet is up.
+			bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+				_, err := nc.Request("$SRV.PING."+name, nil, time.Second)
+				return err
+			})
 			var ping micro.Ping
 			request(t, nc, "$SRV.PING."+name, &ping)
 			if ping.Name != name || ping.Type != micro.PingResponseType || ping.ID == "" || ping.Version == "" || ping.Metadata["worker_id"] == "" {
