@@ -487,6 +487,21 @@ _SAMPLING = _Struct(
 
 _CHAT_MESSAGE = _Struct("ChatMessage", False, [("r", "role", _str), ("c", "content", _str)])
 
+_TURN_TIMINGS = _Struct(
+    "TurnTimings",
+    False,
+    [
+        ("q", "queue_ns", _i64),
+        ("tk", "tokenize_ns", _i64),
+        ("g", "generate_ns", _i64),
+        ("m", "model_ns", _i64),
+        ("s", "step_ns", _i64),
+        ("p", "publish_ns", _i64),
+        ("w", "wall_ns", _i64),
+        ("ep", "endpoint", _str),
+    ],
+)
+
 _EPISODE_REQUEST = _Struct(
     "EpisodeRequest",
     True,
@@ -513,6 +528,7 @@ _EPISODE_REQUEST = _Struct(
         ("ms", "messages", _list(_CHAT_MESSAGE)),
         ("ti", "task_index", _i32),
         ("po", "prompt_overflow", _str),
+        ("tid", "trace_id", _str),
     ],
 )
 
@@ -552,6 +568,8 @@ _STEP_EVENT = _Struct(
         ("sn", "step_ns", _i64),
         ("err", "error", _str),
         ("fk", "failure_kind", _str),
+        ("tid", "trace_id", _str),
+        ("tm", "timings", _TURN_TIMINGS),
     ],
 )
 
@@ -606,6 +624,8 @@ _TRAJECTORY = _Struct(
         ("ti", "_ng_task_index", _i32),
         ("rs", "resumed", _i32),
         ("ptc", "prompt_truncated_tokens", _i32),
+        ("tid", "trace_id", _str),
+        ("tm", "timings", _list(_TURN_TIMINGS)),
     ],
 )
 
@@ -635,6 +655,7 @@ _FAILURE = _Struct(
         ("tn", "turn", _i32),
         ("ts", "time_ns", _i64),
         ("pl", "payload", _bytes),
+        ("tid", "trace_id", _str),
     ],
 )
 
