@@ -23,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
 	envactor "github.com/rollfleet/rollfleet/actors/env"
@@ -141,6 +142,9 @@ type Options struct {
 	Full func(kinds []string)
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
+	// Tracer, when set, records the embedded env and LLM workers' spans (see
+	// package tracing); nil records none.
+	Tracer trace.Tracer
 }
 
 func (o *Options) setDefaults() {
@@ -456,7 +460,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		}
 		conns[name] = nc
 	}
-	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger})
+	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger, Tracer: opts.Tracer})
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +472,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger}
+	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger, Tracer: opts.Tracer}
 	// Made here, so that a server whose episodes standing env workers
 	// already take fails the run at start rather than its worker later.
 	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
@@ -646,6 +650,7 @@ func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: int32(g % max(len(p.rows), 1)),
 		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now, PromptOverflow: opts.PromptOverflow,
 		SubmitVersion: p.version.Load(), MaxStaleness: opts.MaxStaleness, StalePolicy: opts.StalePolicy,
+		TraceID: messages.TraceIDOf(p.runID, EpisodeID(p.runID, idx)),
 	}, nil
 }
 

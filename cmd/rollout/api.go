@@ -29,6 +29,8 @@ type apiCmd struct {
 	AckWait      time.Duration `default:"60s" help:"How long a delivered result waits for its acknowledgement before it is delivered again."`
 	MaxBodyBytes int64         `default:"16777216" help:"Largest request body accepted."`
 	LogLevel     string        `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	LogFormat    string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+	OTLP         string        `placeholder:"URL" help:"Embedded fleet: send its workers' OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
 }
 
 func (c *apiCmd) Run() error {
@@ -37,7 +39,12 @@ func (c *apiCmd) Run() error {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
-	log := cmdutil.Logger(c.LogLevel).With("process", "api")
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat).With("process", "api")
+	exp, stopTracing, err := cmdutil.StartTracing(ctx, c.OTLP, "rollout-api", log)
+	if err != nil {
+		return fmt.Errorf("--otlp: %w", err)
+	}
+	defer stopTracing()
 
 	var nc *nats.Conn
 	if c.NATS != "" {
@@ -51,7 +58,7 @@ func (c *apiCmd) Run() error {
 			_ = bus.Drain(dctx, nc)
 		}()
 	} else {
-		f, err := fleet.StartStanding(ctx, fleet.Options{VLLM: c.VLLM, Model: c.Model, Concurrency: c.Concurrency, DataDir: c.DataDir, Logger: log})
+		f, err := fleet.StartStanding(ctx, fleet.Options{VLLM: c.VLLM, Model: c.Model, Concurrency: c.Concurrency, DataDir: c.DataDir, Logger: log, Tracer: exp.Tracer("rollfleet/api")})
 		if err != nil {
 			return err
 		}

@@ -53,6 +53,8 @@ type runCmd struct {
 	ToyMaxConcurrent  int           `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
 	Timeout           time.Duration `help:"Give up after this long (0 = never)."`
 	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	LogFormat         string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+	OTLP              string        `placeholder:"URL" help:"Send the embedded workers' OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
 	cmdutil.NATSAuth
 	cmdutil.GC
 }
@@ -104,6 +106,12 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat)
+	exp, stopTracing, err := cmdutil.StartTracing(ctx, c.OTLP, "rollout", log)
+	if err != nil {
+		return sum, fmt.Errorf("--otlp: %w", err)
+	}
+	defer stopTracing()
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
@@ -115,7 +123,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		MaxStaleness: c.MaxStaleness, StalePolicy: c.StalePolicy,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
 		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
-		Filter: filter, Remote: remote, Out: os.Stdout, Logger: cmdutil.Logger(c.LogLevel), RunID: run, SubmitWindow: c.SubmitWindow,
+		Filter: filter, Remote: remote, Out: os.Stdout, Logger: log, RunID: run, SubmitWindow: c.SubmitWindow, Tracer: exp.Tracer("rollfleet/rollout"),
 		ToyLLM: toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent},
 	}
 	if opts.Seed == nil {

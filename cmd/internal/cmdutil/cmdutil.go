@@ -19,6 +19,7 @@ import (
 	"github.com/rollfleet/rollfleet/actors/collector"
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/tracing"
 )
 
 // Fleet holds the flags every fleet process takes.
@@ -31,6 +32,8 @@ type Fleet struct {
 	StepsMaxBytes  int64  `default:"1073741824" help:"Size limit of the steps stream, in bytes (-1: unlimited)."`
 	InitStreams    bool   `help:"Create the missing streams and exit: run once as a user allowed to create streams (the admin) when the others may not."`
 	LogLevel       string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	LogFormat      string `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+	OTLP           string `placeholder:"URL" help:"Send OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
 	GC
 }
 
@@ -49,12 +52,8 @@ func (f *Fleet) Streams() bus.StreamOptions {
 	return bus.StreamOptions{Replicas: f.Replicas, MaxBytes: f.StreamMaxBytes, StepsMaxBytes: f.StepsMaxBytes}
 }
 
-// Logger returns a text logger on stderr at the given level.
-func Logger(level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-}
+// Logger returns a text logger on stderr at the given level (see NewLogger).
+func Logger(level string) *slog.Logger { return NewLogger(level, LogText) }
 
 // SignalContext is cancelled by SIGINT or SIGTERM.
 func SignalContext() (context.Context, context.CancelFunc) {
@@ -156,12 +155,14 @@ type Process struct {
 	JS       jetstream.JetStream
 	Subjects messages.Subjects
 	Log      *slog.Logger
+	// Tracing exports the process's spans (--otlp); nil when off, whose Tracer is nil.
+	Tracing *tracing.Exporter
 }
 
 // Main runs a fleet process: connect, run body until a signal, drain, and
 // exit non-zero when anything failed.
 func Main(name string, f Fleet, body func(Process) error) {
-	log := Logger(f.LogLevel).With("process", name)
+	log := NewLogger(f.LogLevel, f.LogFormat).With("process", name)
 	if err := f.Tune(); err != nil {
 		log.Error("exiting", "err", err)
 		os.Exit(1)
@@ -175,6 +176,13 @@ func Main(name string, f Fleet, body func(Process) error) {
 func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error {
 	sctx, stop := SignalContext()
 	defer stop()
+	// Spans are sent until the process's last: the exporter stops after the
+	// connection has drained.
+	exp, stopTracing, err := StartTracing(sctx, f.OTLP, name, log)
+	if err != nil {
+		return fmt.Errorf("--otlp: %w", err)
+	}
+	defer stopTracing()
 	nc, js, subj, err := f.Connect(sctx, name, log)
 	if err != nil {
 		return err
@@ -192,7 +200,7 @@ func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error
 	if nc.IsClosed() {
 		cancel(f.closedError(nc))
 	}
-	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log})
+	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log, Tracing: exp})
 	if nc.IsClosed() {
 		// The body may have seen the closed connection before the handler
 		// ran: the reason matters more than the body's error.
