@@ -142,8 +142,8 @@ type Options struct {
 	Full func(kinds []string)
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
-	// Tracer, when set, records the embedded env and LLM workers' spans (see
-	// package tracing); nil records none.
+	// Tracer, when set, records the spans of the embedded env worker, LLM
+	// worker and collector (see package tracing); nil records none.
 	Tracer trace.Tracer
 }
 
@@ -487,7 +487,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger})
+	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger, Tracer: opts.Tracer})
 	// Stopped in dependency order (reverse of start): the env worker first,
 	// so its episodes still have an LLM worker to finish with and a
 	// collector to take their last steps.

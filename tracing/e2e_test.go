@@ -181,8 +181,8 @@ type traj struct {
 // multi-turn chat style and a single-turn style, and checks the trace from submission to
 // trajectory: the same trace id in the request, every step, every traceparent header and the
 // trajectory; a timing entry per turn whose parts fit in its wall time; a turn span per turn
-// and a generate span per model call, the child of its turn; and JSON log lines naming the
-// episode and its trace.
+// and a generate span per model call, the child of its turn, and the collector's outcome span
+// in the same trace; and JSON log lines naming the episode and its trace.
 func TestTracingEndToEnd(t *testing.T) {
 	for _, style := range []string{messages.ObsChat, messages.ObsConcat} {
 		t.Run(style, func(t *testing.T) { testTracing(t, style) })
@@ -393,6 +393,19 @@ func testTracing(t *testing.T, style string) {
 	}
 	if gens != len(turnSpans) {
 		t.Fatalf("%d generate spans for %d turn spans", gens, len(turnSpans))
+	}
+	outcomes := map[string]bool{}
+	for _, sp := range spans {
+		if sp.name == "outcome" {
+			id, _ := sp.attrs["rollfleet.episode"].(string)
+			if sp.traceID != requests[id] || sp.attrs["rollfleet.outcome"] != "trajectory" || outcomes[id] {
+				t.Fatalf("outcome span %v in trace %s, want one in %s", sp.attrs, sp.traceID, requests[id])
+			}
+			outcomes[id] = true
+		}
+	}
+	if len(outcomes) != episodes {
+		t.Fatalf("%d outcome spans for %d episodes", len(outcomes), episodes)
 	}
 	t.Logf("%d spans in %d exports: %d episode, %d turn, %d generate", len(spans), rcv.posts, len(episodeSpans), len(turnSpans), gens)
 

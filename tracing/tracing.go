@@ -1,7 +1,9 @@
-// Package tracing exports OpenTelemetry spans of episodes over OTLP/HTTP: the env worker's span
-// of each turn, with the episode's trace id as the trace id, and the LLM worker's span of each
-// generation, the child of its turn through the request's traceparent header. Export is off
-// unless a collector URL is given; the actors then skip all span work (a nil trace.Tracer).
+// Package tracing exports OpenTelemetry spans of episodes over OTLP/HTTP. The env worker records
+// a span per delivery of an episode ("episode") and one per turn ("turn"), in a trace whose id is
+// the episode's trace id; the LLM worker records one per generate request ("generate"), the child
+// of its turn through the request's traceparent header; the collector records one per outcome
+// stored ("outcome"), in the same trace. Export is off unless a collector URL is given; the
+// actors then skip all span work (a nil trace.Tracer).
 package tracing
 
 import (
