@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,7 +47,8 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 
 // PublishMsg is Publish for a message with headers (a traceparent, say); msg's header gains
 // the message id.
-func PublishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, msgID string) error {
+func PublishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, msgID string) (err error) {
+	defer func(start time.Time) { observePublish(start, err) }(time.Now())
 	subject, data := msg.Subject, msg.Data
 	if max := js.Conn().MaxPayload(); max > 0 && int64(len(data)) > max {
 		return fmt.Errorf("%w: %s: %d bytes > %d", ErrTooLarge, subject, len(data), max)
@@ -55,7 +57,7 @@ func PublishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, msgI
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
-	err := Retry(ctx, func(ctx context.Context) error {
+	err = Retry(ctx, func(ctx context.Context) error {
 		_, err := js.PublishMsg(ctx, msg, opts...)
 		return err
 	})

@@ -234,10 +234,14 @@ func (w *watched) checkRecovered(t *testing.T, seqs []uint64) {
 		return nil
 	})
 	t.Logf("publishes succeed again (last refusal: %v)", lastErr)
-	st, err := w.js.Stream(context.Background(), streamName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A re-enabled JetStream may answer a publish before it answers the
+	// stream's API again.
+	var st jetstream.Stream
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		var err error
+		st, err = w.js.Stream(context.Background(), streamName)
+		return err
+	})
 	for i, seq := range seqs {
 		m, err := st.GetMsg(context.Background(), seq)
 		if err != nil {

@@ -97,5 +97,6 @@ func Retry(ctx context.Context, op func(ctx context.Context) error) error {
 			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
 		}
 		backoff = min(2*backoff, retryMaxBackoff)
+		observeRetry()
 	}
 }

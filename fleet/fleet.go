@@ -32,6 +32,7 @@ import (
 	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/metrics"
 	"github.com/rollfleet/rollfleet/nemogym"
 	"github.com/rollfleet/rollfleet/remoteenv"
 	"github.com/rollfleet/rollfleet/toyllm"
@@ -140,6 +141,16 @@ type Options struct {
 	// being full changes ("trajectory", "failure", "group"): the run waits
 	// for a reader, and says so.
 	Full func(kinds []string)
+	// Metrics, when set, receives the measurements of the run's actors and
+	// connection (see package metrics); the caller serves them.
+	Metrics *metrics.Metrics
+	// Attach, when set, is called once the run's NATS server is up and its
+	// streams exist, before anything is submitted, with a function that
+	// opens named connections to it: an observer (the dashboard) watches the
+	// run through it. Its stop is called when the run ends, after the actors
+	// have stopped and before its connections are drained; an error ends the
+	// run before it starts.
+	Attach func(connect func(name string) (*nats.Conn, error)) (stop func(), err error)
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 	// Tracer, when set, records the spans of the embedded env worker, LLM
@@ -298,6 +309,14 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		opts.Logger.Warn("streams left as they are", "err", err)
 	} else if err != nil {
 		return Summary{}, err
+	}
+	opts.Metrics.WatchNATS(nc, js, subj)
+	if opts.Attach != nil {
+		stopAttached, err := opts.Attach(connect)
+		if err != nil {
+			return Summary{}, fmt.Errorf("fleet: attach: %w", err)
+		}
+		stack.push(stopAttached)
 	}
 
 	if opts.Ledger != nil && opts.Ledger.Resumed() {
@@ -460,7 +479,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		}
 		conns[name] = nc
 	}
-	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger, Tracer: opts.Tracer})
+	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger, Metrics: opts.Metrics.LLM(), Tracer: opts.Tracer})
 	if err != nil {
 		return nil, err
 	}
@@ -472,7 +491,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger, Tracer: opts.Tracer}
+	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger, Metrics: opts.Metrics.Env(), Tracer: opts.Tracer}
 	// Made here, so that a server whose episodes standing env workers
 	// already take fails the run at start rather than its worker later.
 	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
@@ -487,7 +506,10 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger, Tracer: opts.Tracer})
+	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger, Metrics: opts.Metrics.Collector(), Tracer: opts.Tracer})
+	if err := expose(stack, opts, conns, lw, ew, coll); err != nil {
+		return nil, err
+	}
 	// Stopped in dependency order (reverse of start): the env worker first,
 	// so its episodes still have an LLM worker to finish with and a
 	// collector to take their last steps.

@@ -8,6 +8,7 @@ import (
 	gojson "github.com/goccy/go-json"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/rollfleet/rollfleet/internal/jsonw"
 )
@@ -80,7 +81,10 @@ func (r *CompletionRequest) validate() error {
 // (return_token_ids), the sampled token's logprob (logprobs: 0, tokens as
 // "token_id:<id>"), special tokens kept in the text, one choice. A prompt
 // that does not fit the model's context fails with ErrContextLength.
-func (c *Client) Complete(ctx context.Context, req CompletionRequest) (Completion, error) {
+func (c *Client) Complete(ctx context.Context, req CompletionRequest) (_ Completion, err error) {
+	if c.obs != nil {
+		defer func(start time.Time) { c.obs.Completed(time.Since(start), err) }(time.Now())
+	}
 	if err := req.validate(); err != nil {
 		return Completion{}, fmt.Errorf("vllm: complete: invalid request: %w", err)
 	}

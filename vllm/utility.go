@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/rollfleet/rollfleet/internal/jsonw"
 )
@@ -37,7 +38,10 @@ type TokenizeRequest struct {
 // Tokenize returns the token ids of the request's text, or of its messages
 // rendered with the model's own chat template (the way to build a first
 // prompt for any model), via POST /tokenize.
-func (c *Client) Tokenize(ctx context.Context, req TokenizeRequest) ([]int32, error) {
+func (c *Client) Tokenize(ctx context.Context, req TokenizeRequest) (_ []int32, err error) {
+	if c.obs != nil {
+		defer func(start time.Time) { c.obs.Tokenized(time.Since(start), err) }(time.Now())
+	}
 	if kw := req.ChatTemplateKwargs; len(kw) > 0 && !json.Valid(kw) {
 		return nil, fmt.Errorf("vllm: tokenize: invalid request: ChatTemplateKwargs is not valid JSON")
 	}

@@ -55,6 +55,9 @@ type Options struct {
 	// MaxResponseBytes bounds a response body; a larger one fails with
 	// ErrBadResponse. Zero means 16 MiB.
 	MaxResponseBytes int64
+	// Observer, when set, receives the duration of every Complete and
+	// Tokenize call.
+	Observer Observer
 }
 
 // Client talks to one vLLM server. It is safe for concurrent use.
@@ -62,6 +65,7 @@ type Client struct {
 	base    string
 	hc      *http.Client
 	maxBody int64
+	obs     Observer
 
 	completionsURL string
 	tokenizeURL    string
@@ -101,6 +105,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 		base:           base,
 		hc:             opts.HTTPClient,
 		maxBody:        opts.MaxResponseBytes,
+		obs:            opts.Observer,
 		completionsURL: base + "/v1/completions",
 		tokenizeURL:    base + "/tokenize",
 		detokenizeURL:  base + "/detokenize",

@@ -66,6 +66,8 @@ type Options struct {
 	// oldest is dropped (Stats.GroupsEvicted).
 	MaxGroups  int
 	GroupBytes int64
+	// Metrics, when set, receives every outcome stored.
+	Metrics Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Tracer, when set, records a span per episode outcome stored, in the
@@ -605,6 +607,7 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 			s.Invariant++
 		}
 	})
+	c.observe(out.traj, out.failure)
 	if out.failure != nil {
 		c.log.Warn("episode failed", "episode", id, "trace_id", out.failure.TraceID, "kind", out.failure.Kind, "reason", out.failure.Reason)
 	}

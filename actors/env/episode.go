@@ -98,6 +98,8 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		ep.traceparent = tracing.Traceparent(span, req.TraceID)
 		defer span.End()
 	}
+	ep.metrics = w.episodeMetrics(req)
+	ep.metrics.Started()
 	w.live.Store(ep, msg)
 	defer w.live.Delete(ep)
 	if ep.attempt > int32(w.opts.MaxDeliver) {
@@ -108,6 +110,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	if errors.Is(err, errDecided) {
 		w.handBacks.forget(req.EpisodeID)
 		w.finished.Add(1)
+		ep.metrics.Finished(FinishDecided)
 		if err := msg.DoubleAck(ctx); err != nil {
 			ep.log.Warn("ack episode", "err", err)
 		}
@@ -125,6 +128,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		if span != nil {
 			span.SetStatus(codes.Error, err.Error())
 		}
+		ep.metrics.Failed(failureKind(err))
 		err = ep.publishFailure(ctx, err)
 	}
 	if err != nil {
@@ -142,6 +146,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	w.handBacks.forget(req.EpisodeID)
 	w.finished.Add(1)
 	ep.log.Debug("episode finished", "turns", ep.turn)
+	ep.metrics.Finished(ep.lastReason)
 	if err := msg.DoubleAck(ctx); err != nil {
 		ep.log.Warn("ack episode", "err", err)
 	}
@@ -262,6 +267,10 @@ type episode struct {
 	nonce string
 	// resumed counts the moves of this episode between workers.
 	resumed int32
+	// metrics receives the delivery's events; lastReason is the finish
+	// reason of its last turn.
+	metrics    EpisodeMetrics
+	lastReason string
 
 	// log names the episode and its trace on every line; traceparent is the
 	// header of the current turn's requests and step.
@@ -377,6 +386,7 @@ func (e *episode) play(ctx context.Context) error {
 // loop plays turns until the episode is done.
 func (e *episode) loop(ctx context.Context) error {
 	for {
+		prompt := len(e.tokens)
 		tctx, span := e.startTurn(ctx)
 		ev, err := e.turnOnce(tctx)
 		endTurn(span, ev, err)
@@ -391,6 +401,7 @@ func (e *episode) loop(ctx context.Context) error {
 		// first thing it waits for.
 		e.tm, e.turnStart = messages.TurnTimings{Publish: time.Since(ready).Nanoseconds()}, ready
 		e.w.turns.Add(1)
+		e.observeTurn(ev, prompt)
 		if ev.Done {
 			return nil
 		}

@@ -181,6 +181,7 @@ func (e *episode) resume(ctx context.Context, prior *priorRun, obs0 string) (boo
 	e.noteVersion(prior.steps[0].PolicyVersion)
 	e.restarts, e.stale = last.Restarts, last.Stale
 	e.w.resumes.Add(1)
+	e.metrics.Resumed()
 	e.log.Info("episode resumed", "attempt", e.attempt, "turn", e.turn)
 	return true, nil
 }

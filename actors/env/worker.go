@@ -94,6 +94,8 @@ type Options struct {
 	// ID names the worker in status answers (default "env-" and a unique
 	// suffix).
 	ID string
+	// Metrics, when set, receives the worker's measurements.
+	Metrics Metrics
 	// Logger defaults to slog.Default(). An episode's lines carry its id and trace id.
 	Logger *slog.Logger
 	// Tracer, when set, records a span per turn (and one per episode delivery) in the
@@ -183,6 +185,7 @@ type Worker struct {
 	// ctl follows the fleet's policy state (set by Run); held counts the
 	// turns waiting for a resume.
 	ctl                  *control.Watcher
+	watcher              atomic.Pointer[control.Watcher] // ctl, for Policy
 	held                 atomic.Int64
 	staleDrops, restarts atomic.Uint64
 
@@ -277,6 +280,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer ctl.Close()
 	w.ctl = ctl
+	w.watcher.Store(ctl)
 	status, err := control.ServeStatus(w.nc, w.opts.Subjects, w.status)
 	if err != nil {
 		return fmt.Errorf("env: %w", err)

@@ -60,6 +60,8 @@ type Options struct {
 	// ID names the worker in status answers (default "llm-" and a unique
 	// suffix).
 	ID string
+	// Metrics, when set, receives the worker's measurements.
+	Metrics Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Tracer, when set, records a span per generate request, the child of
@@ -116,6 +118,8 @@ type Worker struct {
 	detokenize, info, aborted                             atomic.Uint64
 	// gens is set by Run, once the policy state is known.
 	gens *generations
+	// watcher is the policy watcher of gens, for Policy.
+	watcher atomic.Pointer[control.Watcher]
 }
 
 // New builds a worker for the given endpoints.
@@ -126,7 +130,7 @@ func New(nc *nats.Conn, opts Options) (*Worker, error) {
 	}
 	w := &Worker{nc: nc, opts: opts, log: opts.Logger.With("actor", "llm")}
 	for _, u := range opts.Endpoints {
-		c, err := vllm.New(u, vllm.Options{Model: opts.Model})
+		c, err := vllm.New(u, vllm.Options{Model: opts.Model, Observer: opts.observer(u)})
 		if err != nil {
 			return nil, fmt.Errorf("llm: endpoint %q: %w", u, err)
 		}
@@ -157,6 +161,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer ctl.Close()
 	w.gens = newGenerations(ctx, ctl)
+	w.watcher.Store(ctl)
 	status, err := control.ServeStatus(w.nc, w.opts.Subjects, w.status)
 	if err != nil {
 		return fmt.Errorf("llm: %w", err)

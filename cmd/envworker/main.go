@@ -45,11 +45,17 @@ func main() {
 			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote,
 			AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, RequestTimeout: c.RequestTimeout, Logger: p.Log,
 			MaxStaleness: &c.MaxStaleness, StalePolicy: c.StalePolicy, MaxRestarts: restarts(c.MaxRestarts),
-			Tracer: p.Tracing.Tracer("rollfleet/envworker"),
+			Tracer:  p.Tracing.Tracer("rollfleet/envworker"),
+			Metrics: p.Metrics.Env(),
 		})
 		if err != nil {
 			return err
 		}
+		unexpose, err := p.Expose(w)
+		if err != nil {
+			return err
+		}
+		defer unexpose()
 		return w.Run(p.Ctx)
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/trainer"
 	"github.com/rollfleet/rollfleet/trainer/api"
 )
@@ -31,6 +32,7 @@ type apiCmd struct {
 	LogLevel     string        `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
 	LogFormat    string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 	OTLP         string        `placeholder:"URL" help:"Embedded fleet: send its workers' OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
+	Metrics      string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 }
 
 func (c *apiCmd) Run() error {
@@ -45,6 +47,11 @@ func (c *apiCmd) Run() error {
 		return fmt.Errorf("--otlp: %w", err)
 	}
 	defer stopTracing()
+	m, stopMetrics, err := cmdutil.ServeMetrics(c.Metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	var nc *nats.Conn
 	if c.NATS != "" {
@@ -58,7 +65,7 @@ func (c *apiCmd) Run() error {
 			_ = bus.Drain(dctx, nc)
 		}()
 	} else {
-		f, err := fleet.StartStanding(ctx, fleet.Options{VLLM: c.VLLM, Model: c.Model, Concurrency: c.Concurrency, DataDir: c.DataDir, Logger: log, Tracer: exp.Tracer("rollfleet/api")})
+		f, err := fleet.StartStanding(ctx, fleet.Options{VLLM: c.VLLM, Model: c.Model, Concurrency: c.Concurrency, DataDir: c.DataDir, Logger: log, Metrics: m, Tracer: exp.Tracer("rollfleet/api")})
 		if err != nil {
 			return err
 		}
@@ -69,6 +76,9 @@ func (c *apiCmd) Run() error {
 		if nc, err = f.Connect("trainer-api"); err != nil {
 			return err
 		}
+	}
+	if err := watchNATS(m, nc, messages.NewSubjects("")); err != nil {
+		return err
 	}
 	client, err := trainer.New(nc, trainer.Options{AckWait: c.AckWait, Logger: log})
 	if err != nil {

@@ -43,6 +43,7 @@ type gatewayCmd struct {
 	LogLevel         string        `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
 	LogFormat        string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 	OTLP             string        `placeholder:"URL" help:"Send the in-process LLM worker's OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
+	Metrics          string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 	cmdutil.GC
 }
 
@@ -68,8 +69,16 @@ func (c *gatewayCmd) Run() error {
 			cleanups[i]()
 		}
 	}()
+	m, stopMetrics, err := cmdutil.ServeMetrics(c.Metrics, log)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, stopMetrics)
 	nc, subj, connect, err := c.connect(ctx, log, &cleanups)
 	if err != nil {
+		return err
+	}
+	if err := watchNATS(m, nc, subj); err != nil {
 		return err
 	}
 
@@ -114,8 +123,11 @@ func (c *gatewayCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		w, err := llm.New(wc, llm.Options{Endpoints: endpoints, Model: c.Model, Subjects: subj, Logger: log, Tracer: exp.Tracer("rollfleet/gateway")})
+		w, err := llm.New(wc, llm.Options{Endpoints: endpoints, Model: c.Model, Subjects: subj, Logger: log, Metrics: m.LLM(), Tracer: exp.Tracer("rollfleet/gateway")})
 		if err != nil {
+			return err
+		}
+		if err := m.WatchLLM(w); err != nil {
 			return err
 		}
 		goRun("llm worker", workerCtx, w.Run)

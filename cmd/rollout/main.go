@@ -31,6 +31,10 @@ type cli struct {
 	Gateway gatewayCmd `cmd:"" help:"Serve the OpenAI-compatible gateway that records sessions as trajectories."`
 	Consume consumeCmd `cmd:"" help:"Read groups (or trajectories, failures) from a fleet as a trainer does, acknowledging each."`
 	API     apiCmd     `cmd:"" name:"api" help:"Serve the trainer API (batches, results, pause and resume) over HTTP, for a fleet or an embedded one."`
+	Status  statusCmd  `cmd:"" help:"Print the fleet at a glance: streams, consumers, workers, policy, batches and runs."`
+	Tail    tailCmd    `cmd:"" help:"Print trajectories (or groups, failures) as JSON lines as they are published."`
+
+	Dashboard dashboardCmd `cmd:"" help:"Serve a live web dashboard of a fleet: throughput, success rates, failures, workers, stream backlog."`
 }
 
 func main() {

@@ -55,6 +55,8 @@ type runCmd struct {
 	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
 	LogFormat         string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 	OTLP              string        `placeholder:"URL" help:"Send the embedded workers' OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
+	Metrics           string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port) while the run lasts."`
+	Dashboard         string        `placeholder:"ADDR" help:"Serve a live dashboard of the run on ADDR (host:port; port 0: any free port; the URL is printed)."`
 	cmdutil.NATSAuth
 	cmdutil.GC
 }
@@ -131,6 +133,13 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		s := rand.Uint64()
 		opts.Seed = &s
 	}
+	if c.Dashboard != "" {
+		closeDashboard, err := startRunDashboard(c.Dashboard, &opts, opts.Logger)
+		if err != nil {
+			return sum, err
+		}
+		defer closeDashboard()
+	}
 	files, err := c.openRunFiles(&opts)
 	if err != nil {
 		return sum, err
@@ -183,6 +192,12 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 			}
 		}
 	}
+	m, stopMetrics, err := cmdutil.ServeMetrics(c.Metrics, opts.Logger)
+	if err != nil {
+		return sum, err
+	}
+	defer stopMetrics()
+	opts.Metrics = m
 	sum, err = fleet.Run(ctx, opts)
 	if sum.Started {
 		if len(sum.PerEnv) > 1 {

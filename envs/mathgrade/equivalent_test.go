@@ -204,7 +204,8 @@ var equivalentCases = []struct {
 	{`(1,2)`, `[1,2]`, false},
 	{`(1,2),(3,4)`, `(3,4),(1,2)`, true},
 	{`(1,-2)`, `(1,2)`, false},
-	{`(x, y) = (1, 2)`, `(1,2)`, false},
+	{`(x, y) = (1, 2)`, `(1,2)`, true},
+	{`(x, y) = (1, 2)`, `(2,1)`, false},
 	{`(2, \frac{\pi}{2})`, `(2,\pi/2)`, true},
 
 	// Intervals: bracket types matter.
@@ -239,7 +240,8 @@ var equivalentCases = []struct {
 	{`\{1,2\}`, `(1,2)`, false},
 	{`\left\{ -1, 1 \right\}`, `\{1,-1\}`, true},
 	{`\emptyset`, `\{0\}`, false},
-	{`\{\sqrt{2}, -\sqrt{2}\}`, `\pm\sqrt{2}`, false},
+	{`\{\sqrt{2}, -\sqrt{2}\}`, `\pm\sqrt{2}`, true},
+	{`\{\sqrt{2}\}`, `\pm\sqrt{2}`, false},
 
 	// Matrices.
 	{`\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}`, `\begin{bmatrix}1&2\\3&4\end{bmatrix}`, true},
@@ -352,11 +354,12 @@ var gradeCases = []struct {
 	{`\boxed{5}`, `$5$`, 1, `5`, `5`},
 	{`The answer is 5.`, `5`, 0, ``, `5`},
 	{`\boxed{}`, `5`, 0, ``, `5`},
-	{`\boxed{1} then \boxed{2}`, `2`, 1, `2`, `2`},
-	{`\boxed{1} then \boxed{2}`, `1`, 0, `2`, `1`},
-	{`\fbox{3}`, `3`, 1, `3`, `3`},
+	{`\boxed{1} then \boxed{2}`, `2`, 0, `1,2`, `2`},
+	{`\boxed{1} then \boxed{2}`, `1,2`, 1, `1,2`, `1,2`},
+	{`\boxed{1} was my first guess, but checking every case again carefully shows that it is \boxed{2}`, `2`, 1, `2`, `2`},
+	{`\fbox{3}`, `3`, 0, ``, `3`},
 	{`so $\boxed{\frac{1}{2}}$`, `\(0.5\)`, 1, `\frac{1}{2}`, `0.5`},
-	{`hence $\boxed 5$.`, `5`, 1, `5`, `5`},
+	{`hence $\boxed 5$.`, `5`, 0, ``, `5`},
 	{`\boxed{5`, `5`, 0, ``, `5`},
 	{`\boxed{(1,2)}`, `$(1, 2)$`, 1, `(1,2)`, `(1, 2)`},
 	{`\boxed{x = 3}`, `3`, 1, `x = 3`, `3`},

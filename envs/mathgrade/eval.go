@@ -97,6 +97,8 @@ const (
 	nRoot // a = radicand, b = degree or nil for a square root
 	nFact
 	nBinom
+	nE    // Euler's number
+	nFunc // name(a), with base b for \log_b
 )
 
 // node is an expression tree node. Evaluation never mutates num.
@@ -214,6 +216,8 @@ func (e *evaluator) evalOp(n *node) (value, error) {
 		return value{kind: kRat, r: r}, nil
 	case nPi:
 		return value{kind: kFloat, f: math.Pi}, nil
+	case nE:
+		return value{kind: kFloat, f: math.E}, nil
 	case nInf:
 		return value{kind: kInf, f: 1}, nil
 	}
@@ -238,6 +242,16 @@ func (e *evaluator) evalOp(n *node) (value, error) {
 		}
 	case nFact:
 		return factorial(a)
+	case nFunc:
+		var base *value
+		if n.b != nil {
+			b, err := e.eval(n.b)
+			if err != nil {
+				return value{}, err
+			}
+			base = &b
+		}
+		return applyFunc(n.name, a, base)
 	case nRoot:
 		deg := value{kind: kRat, r: big.NewRat(2, 1)}
 		if n.b != nil {
@@ -472,4 +486,84 @@ func binomial(a, b value) (value, error) {
 		return value{kind: kRat, r: new(big.Rat)}, nil
 	}
 	return ratVal(new(big.Rat).SetInt(new(big.Int).Binomial(n, k.Int64())))
+}
+
+// funcs are the functions the parser knows, by command name, with their
+// real-valued definitions; a result that is not a finite real is undefined.
+var funcs = map[string]func(float64) float64{
+	"sin": math.Sin, "cos": math.Cos, "tan": math.Tan,
+	"sec":    func(x float64) float64 { return 1 / math.Cos(x) },
+	"csc":    func(x float64) float64 { return 1 / math.Sin(x) },
+	"cot":    func(x float64) float64 { return math.Cos(x) / math.Sin(x) },
+	"arcsin": math.Asin, "arccos": math.Acos, "arctan": math.Atan,
+	"sinh": math.Sinh, "cosh": math.Cosh, "tanh": math.Tanh,
+	"ln": math.Log, "log": math.Log10,
+}
+
+// inverses maps a function to the one its "^{-1}" names.
+var inverses = map[string]string{"sin": "arcsin", "cos": "arccos", "tan": "arctan"}
+
+// applyFunc evaluates a named function in float64; \log with a base is
+// log_b, \log without one is the base-10 logarithm and \ln the natural one,
+// as in latex2sympy2_extended. Exact results are kept exact for a few cases that
+// answers use as integers (\log_2 8 = 3, \ln 1 = 0, \sin 0 = 0).
+func applyFunc(name string, a value, base *value) (value, error) {
+	if a.kind == kInf || base != nil && base.kind == kInf {
+		return value{}, errDomain
+	}
+	x := a.float()
+	if base != nil {
+		b := base.float()
+		if b <= 0 || b == 1 || x <= 0 {
+			return value{}, errDomain
+		}
+		if base.kind == kRat && a.kind == kRat {
+			if k, ok := exactLog(base.r, a.r); ok {
+				return value{kind: kRat, r: big.NewRat(k, 1)}, nil
+			}
+		}
+		return floatVal(math.Log(x) / math.Log(b))
+	}
+	if a.kind == kRat && a.r.Sign() == 0 {
+		switch name {
+		case "sin", "tan", "arcsin", "arctan", "sinh", "tanh":
+			return value{kind: kRat, r: new(big.Rat)}, nil
+		case "cos", "sec", "cosh":
+			return value{kind: kRat, r: big.NewRat(1, 1)}, nil
+		}
+	}
+	if a.kind == kRat && a.r.Cmp(big.NewRat(1, 1)) == 0 && (name == "ln" || name == "log") {
+		return value{kind: kRat, r: new(big.Rat)}, nil
+	}
+	if name == "log" && a.kind == kRat {
+		if k, ok := exactLog(big.NewRat(10, 1), a.r); ok {
+			return value{kind: kRat, r: big.NewRat(k, 1)}, nil
+		}
+	}
+	f := funcs[name]
+	if f == nil {
+		return value{}, errDomain
+	}
+	if (name == "ln" || name == "log") && x <= 0 {
+		return value{}, errDomain
+	}
+	return floatVal(f(x))
+}
+
+// exactLog returns k when x = b^k for a small integer k.
+func exactLog(b, x *big.Rat) (int64, bool) {
+	if b.Sign() <= 0 || b.Cmp(big.NewRat(1, 1)) == 0 {
+		return 0, false
+	}
+	p := big.NewRat(1, 1)
+	for k := int64(0); k <= 64; k++ {
+		if p.Cmp(x) == 0 {
+			return k, true
+		}
+		p = new(big.Rat).Mul(p, b)
+		if p.Num().BitLen() > 256 {
+			break
+		}
+	}
+	return 0, false
 }

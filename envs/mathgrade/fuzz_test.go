@@ -13,6 +13,9 @@ var fuzzSeeds = []string{
 	`\text{(B)}`, `x = 5`, `x^2+2x+1`, `\begin{pmatrix}1&2\\3&4\end{pmatrix}`, `0.\overline{3}`,
 	`2^2^2^2^2^9999999`, `((((((((1))))))))`, `\mathbb{R}`, `(-\infty,0)\cup(1,\infty)`,
 	`\binom{5}{2}`, `5!`, `|-3|`, `\emptyset`, `1,000`, `5\text{ cm}`, `90^\circ`,
+	`-793 < a < 10`, `(-793, 10)`, `x \geq 5`, `5 \leq x`, `2x+4y-3=0`, `y=-\frac12x+\frac34`,
+	`AB=4, CD=5`, `(p,q)=(3,2)`, `f(x)=1`, `1 \pm \sqrt{19}`, `\sec^2 y`, `\tan^2 y + 1`,
+	`\log_2 8`, `\sin^{-1} x`, `28 pct`, `1; 2`, `1or2`, `e^{\ln 3}`, `x = 5+5+1 = 11`,
 }
 
 func FuzzEquivalent(f *testing.F) {
@@ -55,8 +58,35 @@ func FuzzLastBoxed(f *testing.F) {
 		if ok && !strings.Contains(s, got) {
 			t.Errorf("LastBoxed(%q) = %q, not part of the input", s, got)
 		}
-		if _, err := mathgrade.Extract(s); (err == nil) != (ok && got != "" && len(got) <= mathgrade.MaxAnswerLen) {
-			t.Errorf("Extract(%q) error %v disagrees with LastBoxed %q, %v", s, err, got, ok)
+		if ans, err := mathgrade.Extract(s); err == nil && (!strings.Contains(s, `\boxed{`) || strings.TrimSpace(ans) == "") {
+			t.Errorf("Extract(%q) = %q without a boxed answer", s, ans)
+		}
+	})
+}
+
+func FuzzExtractAnswer(f *testing.F) {
+	for _, s := range []string{
+		`The final answer is $5$. I hope it is correct.`, `Final answer: the final answer is 12.`,
+		`\boxed{(2, 2)} and \boxed{(6, 2)}`, `Answer: \(\frac{1}{2}\)`, `so $1$, $2$ and $3$`,
+		`we get 1,234.5 and 50 percent`, `\[ x = 3 \]`, `answer is 3/4.`, `$$\boxed{1}$$ pct`,
+		`the answer = 7`, "$\n$", `\boxed{`, `$`, `final answer is`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 1<<14 {
+			t.Skip()
+		}
+		a, ok := mathgrade.ExtractAnswer(s)
+		if ok != (a.Target != mathgrade.TargetNone) || ok && strings.TrimSpace(a.Text) == "" {
+			t.Errorf("ExtractAnswer(%q) = %+v, %v", s, a, ok)
+		}
+		ans, err := mathgrade.Extract(s)
+		if err == nil && (!strings.Contains(s, `\boxed{`) || strings.TrimSpace(ans) == "") {
+			t.Errorf("Extract(%q) = %q without a boxed answer", s, ans)
+		}
+		if g := mathgrade.Grade(s, s); g.Reward == 1 && err != nil {
+			t.Errorf("Grade(%q) rewarded without an answer", s)
 		}
 	})
 }

@@ -1,60 +1,61 @@
 // Package mathgrade rewards math rollouts by checking a model's final answer
-// against a reference answer, the way NeMo Gym's library judge (math_verify)
-// and GEM's math grader do, but in pure Go with no sympy and no timeouts: every
+// against a reference answer the way NeMo Gym's math_with_judge server does
+// with its library verifier (HuggingFace math_verify, LaTeX and plain
+// expression extraction, precision 6), but in pure Go with no sympy: every
 // call is bounded in time and memory by construction.
 //
-// The answer is the content of the last \boxed{…} (or \fbox{…}) in the model
-// output. Both answers are normalized (see [Normalize]) and then compared:
+// Extraction ([Grade], [Extract], [ExtractAnswer], [ExpectedAnswer]): a
+// response without a complete, non-blank \boxed{…} gets 0, as in NeMo Gym;
+// otherwise the answer is chosen by math_verify's priorities ("final answer
+// is X. I hope", then the rightmost of "final answer … is X" and the boxed
+// answer, …), several boxes close together being one answer, a set. The
+// expected answer is reduced to its box when it has one.
+//
+// Equivalence ([Equivalent]): both answers are normalized (see [Normalize])
+// and then compared:
 //
 //   - Identical normalized strings (ignoring letter case) are equivalent.
 //   - Numbers are exact rationals: integers, decimals, repeating decimals
-//     ("0.\overline{3}"), fractions, mixed numbers ("1\frac{1}{2}" = 3/2, so
-//     "2\frac{1}{2}" is 2.5, not 1), scientific notation ("1.5e3",
-//     "1.5\times10^{3}"). "3" equals "3.0" but not "3.01"; "0.5" equals
-//     "\frac{1}{2}". A single number with comma groups of three is one number
-//     ("1,000" = 1000), not a list.
+//     ("0.\overline{3}"), fractions, mixed numbers ("2\frac{1}{2}" is 2.5),
+//     scientific notation. "3" equals "3.0" but not "3.01"; "0.5" equals
+//     "\frac{1}{2}"; "1,000" is one number.
 //   - A decimal equals a fraction only when it is exactly the same rational:
-//     "0.333" is not "\frac{1}{3}", however many digits are given. Rounded
-//     answers are wrong answers, which keeps the reward from being gamed by
-//     truncation and matches the "integers must match exactly" rule of GEM.
-//   - Simple expressions with + - * / ^ !, parentheses, \frac, \binom, |x|,
-//     \sqrt{x}, \sqrt[n]{x} and implicit multiplication ("2\sqrt{2}", "3x")
-//     are evaluated exactly with big rationals. Only when a value is
-//     irrational (a root that is not exact, a fractional power, \pi) is
-//     float64 used, and then two values are equal when they agree to a
-//     relative tolerance of 1e-9 (about ten significant digits), so
-//     "\sqrt{8}" = "2\sqrt{2}" and "2\pi" = "\pi*2", while "3.14" is not
-//     "\pi" but "3.14159265359" is.
-//   - Expressions with single-letter (or Greek, or subscripted) variables are
-//     compared by exact evaluation at three fixed positive rational sample
-//     points, so "2x+1" = "1+2x" and "x^2-1" = "(x-1)(x+1)"; a bare run of
-//     letters is a word, not a product.
-//   - A trailing percent sign on one side only: "p%" matches both p and p/100
-//     ("50\%" = "0.5" = "50"), as math_verify does; two percentages compare
-//     their numbers ("0.5\%" is not "50\%").
-//   - Tuples and intervals compare element by element and bracket types matter
-//     ("[1,3)" is not "[1,3]", "(1,2)" is not "(2,1)"). Sets "\{…\}", bare
-//     comma lists and unions "\cup" ignore order and repetition; a bare list
-//     also matches a parenthesized tuple in the same order, and a set of one
-//     number matches that number. "\mathbb{R}" is (-\infty,\infty), and
-//     \emptyset, \varnothing and \{\} are the empty set. Matrices
-//     (pmatrix, bmatrix, …) compare entry by entry.
-//   - Multiple-choice letters match with or without parentheses or \text
-//     ("B", "(B)", "\text{(B)}"); words compare case-insensitively.
-//   - "x = 5" is "5": a single variable assignment on the left is dropped,
-//     also for each element of a list ("x=1, x=2" is the set {1, 2}).
+//     "0.333333" is not "\frac{1}{3}". math_verify rounds both to six
+//     decimal places when one is a decimal and would reward it; rounded
+//     answers are wrong answers here, so the reward cannot be gamed by
+//     truncation (the one deliberate difference from NeMo Gym).
+//   - Expressions with + - * / ^ !, \frac, \binom, |x|, roots, \pi, e, and
+//     the functions sin … cot, arcsin … arctan, sinh … tanh, ln, log, log_b
+//     and exp are evaluated: exactly with big rationals while the value is
+//     rational, in float64 with relative tolerance 1e-9 otherwise.
+//   - Expressions with variables are evaluated at eight fixed sample points
+//     with mixed signs and must agree at every point where either is defined
+//     (and be undefined at the same points), at three points at least: so
+//     "\sec^2 y" = "\tan^2 y + 1" and "x^2-1" = "(x-1)(x+1)", while "|x|",
+//     "\sqrt{x^2}" and "x" differ.
+//   - Percent: "p%" (also "\%", "percent", "percentage", "pct") against a
+//     plain number means p/100 or p; two percentages compare their numbers.
+//   - Tuples, intervals and matrices compare element by element and bracket
+//     types matter. Sets "\{…\}", bare lists (separated by ",", ";", "or",
+//     "and") and unions ignore order and repetition; "a \pm b" is the set
+//     {a+b, a-b}.
+//   - Relations: a labelled answer ("x = 5", "AB=4, CD=5", "(p,q)=(3,2)",
+//     "f(x)=1", "\angle ABC = 30^\circ") matches its value; two labelled
+//     answers need the same label; equations and inequalities match when
+//     the differences of their sides are proportional ("2x+4y-3=0" is
+//     "y=-\frac12x+\frac34", "5 \geq x" is "x \leq 5"); an inequality in
+//     one variable matches its interval ("-793 < a < 10" is "(-793, 10)").
+//   - Multiple-choice letters match with or without parentheses or \text;
+//     words compare case-insensitively.
 //
-// Deliberately not equivalent (where sympy-based graders may differ): rounded
-// decimals against exact values, symbolic identities that need algebra rather
-// than evaluation (trigonometric functions, logarithms, equations and
-// inequalities other than a plain assignment are compared only as normalized
-// strings), complex numbers, and anything over a resource limit. An answer
-// longer than [MaxAnswerLen] is never equivalent to anything; one over another
-// limit (nesting [MaxDepth], exponent [MaxExponent], number size [MaxBits],
-// elements [MaxElements], variables [MaxVariables]) is equivalent only to an
-// answer that is identical to it after normalization. A fixed work budget
-// also caps the total big-number arithmetic of one call. Nothing hangs or
-// panics: a call on hostile input returns within milliseconds.
+// Limits: an answer longer than [MaxAnswerLen] is never equivalent to
+// anything; one over another limit (nesting [MaxDepth], exponent
+// [MaxExponent], number size [MaxBits], elements [MaxElements], variables
+// [MaxVariables]) is equivalent only to an answer identical to it after
+// normalization. A work budget caps the arithmetic of one call and the
+// extraction patterns read a bounded window, so a hostile response (huge
+// exponents, deep nesting, megabytes of text) is graded 0 within
+// milliseconds; BenchmarkGrade measures it.
 package mathgrade
 
 import (
@@ -98,46 +99,14 @@ var (
 type Result struct {
 	// Reward is 1 when the answer matched and 0 otherwise.
 	Reward float64
-	// Extracted is the content of the last \boxed{…} of the response, or ""
-	// when there was none.
+	// Extracted is the answer [Extract] found in the response (several
+	// boxes joined by ","), or "" when there was none.
 	Extracted string
 	// Expected is the reference answer with outer $…$, \(…\), \[…\] or
 	// \boxed{…} removed.
 	Expected string
 	// Matched reports whether Extracted is equivalent to Expected.
 	Matched bool
-}
-
-// Grade rewards a model response against the expected answer: 1 when the
-// content of the response's last \boxed{…} is [Equivalent] to the expected
-// answer, 0 otherwise (including when nothing was boxed).
-func Grade(response, expected string) Result {
-	res := Result{Expected: strings.TrimSpace(stripDelims(strings.TrimSpace(expected)))}
-	ans, err := Extract(response)
-	res.Extracted = ans
-	if err != nil {
-		return res
-	}
-	if Equivalent(ans, res.Expected) {
-		res.Matched = true
-		res.Reward = 1
-	}
-	return res
-}
-
-// Extract returns the answer a response commits to: the content of its last
-// \boxed{…}. It returns [ErrNoAnswer] when there is none (or it is empty or
-// unbalanced) and [ErrTooLong], with the answer, when the answer is over
-// [MaxAnswerLen] and would not be compared.
-func Extract(response string) (string, error) {
-	ans, ok := LastBoxed(response)
-	if !ok || ans == "" {
-		return "", ErrNoAnswer
-	}
-	if len(ans) > MaxAnswerLen {
-		return ans, ErrTooLong
-	}
-	return ans, nil
 }
 
 // LastBoxed returns the content, trimmed of surrounding white space, of the
@@ -213,55 +182,4 @@ func matchBrace(s string, open int) int {
 		}
 	}
 	return -1
-}
-
-// Equivalent reports whether two answers are mathematically the same; see the
-// package documentation for what counts. It is symmetric, and false whenever
-// either answer is empty after normalization or a resource limit is hit.
-func Equivalent(pred, expected string) bool {
-	if len(pred) > MaxAnswerLen || len(expected) > MaxAnswerLen {
-		return false
-	}
-	na, nb := Normalize(pred), Normalize(expected)
-	if na == "" || nb == "" {
-		return false
-	}
-	if strings.EqualFold(na, nb) {
-		return true
-	}
-	c := comparer{work: budget{left: workBudget}}
-	a, err := c.parseShape(na, 0)
-	if err != nil {
-		return false
-	}
-	b, err := c.parseShape(nb, 0)
-	if err != nil {
-		return false
-	}
-	if !c.evaluate(a, b) {
-		return false
-	}
-	pa, pb := hasPercent(pred), hasPercent(expected)
-	if pa == pb {
-		return c.equal(a, b)
-	}
-	if pa {
-		a, b = b, a
-	}
-	// b carries the percent sign: it may mean p or p/100.
-	if c.equal(a, b) {
-		return true
-	}
-	if hundredth := scaled(b, 100); hundredth != nil {
-		return c.equal(a, hundredth)
-	}
-	return false
-}
-
-// hasPercent reports whether a raw answer ends in a percent sign (or the word
-// "percent"), which Normalize drops; only then may it also mean a hundredth.
-func hasPercent(s string) bool {
-	t := stripDelims(strings.TrimSpace(s))
-	t = strings.TrimRight(t, " \t\n.}$")
-	return strings.HasSuffix(t, "%") || strings.HasSuffix(strings.ToLower(t), "percent")
 }

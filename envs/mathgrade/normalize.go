@@ -26,6 +26,12 @@ import (
 // Letter case is kept; [Equivalent] ignores it. An answer longer than
 // [MaxAnswerLen] normalizes to "", which is never equivalent to anything.
 func Normalize(answer string) string {
+	return normalize(answer, false)
+}
+
+// normalize is [Normalize]; with keepRel it keeps a labelled left-hand side
+// ("x = 5" stays "x=5") for the relation rules of [Equivalent].
+func normalize(answer string, keepRel bool) string {
 	if len(answer) > MaxAnswerLen {
 		return ""
 	}
@@ -34,16 +40,21 @@ func Normalize(answer string) string {
 	s = stripDelims(s)
 	s = strings.TrimRight(s, ". ")
 	s = degreeReplacer.Replace(s)
+	s = operatorNameRe.ReplaceAllString(s, `\$1 `)
 	s = rewriteCommands(s)
 	s = stripUnitText(s)
 	s = unwrapText(s)
-	s = strings.NewReplacer("$", "", "%", "", "{,}", ",").Replace(s)
+	s = percentWordRe.ReplaceAllString(s, "")
+	s = bareFuncRe.ReplaceAllString(s, `$1\$2$3`)
+	s = strings.NewReplacer("$", "", "%", "", "{,}", ",", ";", ",").Replace(s)
 	s = strings.TrimSpace(s)
 	s = stripDelims(s)
 	s = strings.TrimRight(s, ". ")
 	s = stripUnitWords(s)
-	s = orAndRe.ReplaceAllString(s, ",")
-	s = stripAssignment(s)
+	s = orAndRe.ReplaceAllStringFunc(s, orAnd)
+	if !keepRel {
+		s = stripAssignment(s)
+	}
 	s = strings.TrimSpace(s)
 	if m := mixedSpaceRe.FindStringSubmatch(s); m != nil {
 		s = m[1] + `\frac{` + m[2] + "}{" + m[3] + "}"
@@ -83,12 +94,29 @@ var (
 	// One variable (letter, Greek letter, optionally subscripted) assigned on the left.
 	assignRe = regexp.MustCompile(`^\s*(?:[A-Za-z]|\\(?:alpha|beta|gamma|delta|theta|lambda|mu|phi|varphi|psi|omega|rho|sigma|tau))` +
 		`(?:_\{?[A-Za-z0-9]+\}?)?\s*(?:=|\\in\b)\s*`)
-	// "x=1 or x=2" and "1 and 2" list their answers, as in PRM800K's grader.
-	orAndRe      = regexp.MustCompile(`\s+(?:or|and)\s+`)
+	// "x=1 or x=2", "1 and 2" and "1or2" list their answers: "or" and "and"
+	// not touching other letters (latex2sympy2_extended's and_or rule).
+	orAndRe = regexp.MustCompile(`,?\s*[A-Za-z\\]*(?:or|and)[A-Za-z]*\s*`)
+	// \operatorname{sin} is \sin.
+	operatorNameRe = regexp.MustCompile(`\\operatorname\*?\{([A-Za-z]+)\}`)
+	// "percent", "percentage" and "pct" are percent signs.
+	percentWordRe = regexp.MustCompile(`(?i)\s*\b(?:percentage|percent|pct)\b`)
+	// Function names written without a backslash: "sin(x)", "log^2(x)".
+	bareFuncRe   = regexp.MustCompile(`(^|[^A-Za-z\\])(sin|cos|tan|sec|csc|cot|arcsin|arccos|arctan|sinh|cosh|tanh|ln|log|exp)(\s*[(^])`)
 	mixedSpaceRe = regexp.MustCompile(`^(-?\d+)\s+(\d+)\s*/\s*(\d+)$`)
 	thousandsRe  = regexp.MustCompile(`^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$`)
 	slashRe      = regexp.MustCompile(`^(-?)(\d+)/(\d+)$`)
 )
+
+// orAnd turns a match of orAndRe into a comma when its word is exactly "or"
+// or "and", and keeps it otherwise.
+func orAnd(m string) string {
+	w := strings.TrimSpace(strings.TrimPrefix(m, ","))
+	if w == "or" || w == "and" {
+		return ","
+	}
+	return m
+}
 
 // delimPairs are outer math delimiters removed from whole answers.
 var delimPairs = [...][2]string{{`\(`, `\)`}, {`\[`, `\]`}, {"$$", "$$"}, {"$", "$"}}

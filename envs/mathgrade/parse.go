@@ -94,7 +94,7 @@ func lex(s string) ([]token, error) {
 			}
 			toks = append(toks, token{tCmd, s[i+1 : j]})
 			i = j
-		case strings.IndexByte("+-*/^()[]{}|!", c) >= 0:
+		case strings.IndexByte("+-*/^()[]{}|!_", c) >= 0:
 			toks = append(toks, token{tSym, s[i : i+1]})
 			i++
 		default:
@@ -297,9 +297,10 @@ func (p *parser) startsAtom(t token) bool {
 		return t.text == "(" || t.text == "[" || t.text == "{"
 	case tCmd:
 		switch t.text {
-		case "frac", "sqrt", "pi", "infty", "binom":
+		case "frac", "sqrt", "pi", "infty", "binom", "exp":
 			return true
 		}
+		return funcs[t.text] != nil
 	}
 	return false
 }
@@ -403,6 +404,9 @@ func (p *parser) atom() (*node, error) {
 		}
 		return n, nil
 	case tVar:
+		if t.text == "e" {
+			return &node{kind: nE}, nil // Euler's number, as latex2sympy reads it
+		}
 		return &node{kind: nVar, name: t.text}, nil
 	case tSym:
 		var closer string
@@ -433,6 +437,12 @@ func (p *parser) atom() (*node, error) {
 		switch t.text {
 		case "pi":
 			return &node{kind: nPi}, nil
+		case "exp":
+			a, err := p.funcArg()
+			if err != nil {
+				return nil, err
+			}
+			return &node{kind: nPow, a: &node{kind: nE}, b: a}, nil
 		case "infty":
 			return &node{kind: nInf}, nil
 		case "frac", "binom":
@@ -448,6 +458,17 @@ func (p *parser) atom() (*node, error) {
 				return &node{kind: nBinom, a: a, b: b}, nil
 			}
 			return &node{kind: nDiv, a: a, b: b}, nil
+		case "sqrt":
+			if funcs[t.text] == nil {
+				break
+			}
+			fallthrough
+		default:
+			if funcs[t.text] != nil {
+				return p.function(t.text)
+			}
+		}
+		switch t.text {
 		case "sqrt":
 			var deg *node
 			if p.isSym("[") {
@@ -469,6 +490,89 @@ func (p *parser) atom() (*node, error) {
 		}
 	}
 	return nil, errSyntax
+}
+
+// function parses a named function after its name: an optional base
+// (\log_2), an optional power (\sin^2 x is (\sin x)^2, \sin^{-1} x is
+// \arcsin x), then the argument: parenthesized, braced, or a run of
+// implicitly multiplied factors without functions ("\sin 2x" is sin(2x)).
+func (p *parser) function(name string) (*node, error) {
+	var base, exp *node
+	var err error
+	if p.isSym("_") && name == "log" {
+		p.pos++
+		if base, err = p.arg(); err != nil {
+			return nil, err
+		}
+	}
+	if p.isSym("^") {
+		p.pos++
+		if p.isSym("-") || p.isSym("{") {
+			if exp, err = p.unaryArg(); err != nil {
+				return nil, err
+			}
+		} else if exp, err = p.arg(); err != nil {
+			return nil, err
+		}
+		if exp.kind == nNeg && exp.a.kind == nNum && exp.a.num.Cmp(big.NewRat(1, 1)) == 0 {
+			inv := inverses[name] // \sin^{-1} is \arcsin
+			if inv == "" {
+				return nil, errSyntax // \sec^{-1}: an inverse this parser does not know
+			}
+			name, exp = inv, nil
+		}
+	}
+	a, err := p.funcArg()
+	if err != nil {
+		return nil, err
+	}
+	f := &node{kind: nFunc, name: name, a: a, b: base}
+	if exp != nil {
+		return &node{kind: nPow, a: f, b: exp}, nil
+	}
+	return f, nil
+}
+
+// unaryArg parses a signed or braced exponent: "-1" or "{-1}".
+func (p *parser) unaryArg() (*node, error) {
+	if p.isSym("{") {
+		return p.atom()
+	}
+	return p.unary()
+}
+
+// funcArg parses the argument of a function.
+func (p *parser) funcArg() (*node, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer func() { p.depth-- }()
+	t := p.peek()
+	if t.kind == tSym && (t.text == "(" || t.text == "{" || t.text == "[") {
+		a, err := p.atom()
+		if err != nil {
+			return nil, err
+		}
+		if p.isSym("^") { // \sin(x)^2
+			return a, nil
+		}
+		return a, nil
+	}
+	a, err := p.power()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		t := p.peek()
+		if !(t.kind == tNum || t.kind == tVar || t.kind == tCmd && (t.text == "pi" || t.text == "frac" || t.text == "sqrt")) {
+			return a, nil
+		}
+		b, err := p.power()
+		if err != nil {
+			return nil, err
+		}
+		a = &node{kind: nMul, a: a, b: b}
+	}
 }
 
 // arg parses a command argument: a braced expression, or a single token as

@@ -16,6 +16,7 @@ const (
 	sList             // bare comma list, unordered
 	sSet              // \{…\}, unordered
 	sUnion            // A \cup B, unordered
+	sRel              // relation: elems are the sides, ops the operators
 )
 
 // shape is a parsed answer: a scalar or a structure of shapes.
@@ -29,15 +30,22 @@ type shape struct {
 	expr *node  // scalar: parsed expression, nil when not an expression
 	vals []value
 	errs []bool
+	neg  bool // scalar: values are read negated
+
+	ops   []string // relation: operators between the sides
+	label string   // relation: labelled left side of an assignment
+	diffs []*shape // relation: left minus right side of each link, or nil
+	pm    bool     // set: the expansion of a \pm
 }
 
 // comparer parses and compares a pair of answers, sharing sample points.
 type comparer struct {
-	work  budget
-	memo  map[[2]*shape]bool
-	elems int
-	vars  map[string]bool
-	envs  []map[string]*big.Rat
+	work      budget
+	symmetric bool // relation-to-interval both ways, as in Equivalent
+	memo      map[[2]*shape]bool
+	elems     int
+	vars      map[string]bool
+	envs      []map[string]*big.Rat
 }
 
 // parseShape parses a normalized answer into its structure.
@@ -58,6 +66,18 @@ func (c *comparer) parseShape(s string, depth int) (*shape, error) {
 			{kind: sScalar, text: `-\infty`, expr: &node{kind: nNeg, a: &node{kind: nInf}}},
 			{kind: sScalar, text: `\infty`, expr: &node{kind: nInf}},
 		}}, nil
+	}
+	if len(splitTop(s, ",")) == 1 {
+		r, err := c.relation(s, depth)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			return r, nil
+		}
+		if pm, err := c.plusMinus(s, depth); pm != nil || err != nil {
+			return pm, err
+		}
 	}
 	if parts := splitTop(s, `\cup`); len(parts) > 1 {
 		return c.group(sUnion, "", "", parts, depth)
@@ -97,9 +117,13 @@ func (c *comparer) parseShape(s string, depth int) (*shape, error) {
 func (c *comparer) group(kind shapeKind, open, close string, parts []string, depth int) (*shape, error) {
 	g := &shape{kind: kind, open: open, close: close}
 	for _, part := range parts {
-		e, err := c.parseShape(stripAssignment(part), depth+1)
+		e, err := c.parseShape(part, depth+1)
 		if err != nil {
 			return nil, err
+		}
+		if e.pm && (kind == sSet || kind == sList) {
+			g.elems = append(g.elems, e.elems...) // \{1\pm\sqrt5, -2\} has three elements
+			continue
 		}
 		g.elems = append(g.elems, e)
 	}
@@ -253,7 +277,11 @@ func matrixBody(s string) (env, body string, ok bool) {
 }
 
 // sampleCount is how many points expressions with variables are evaluated at.
-const sampleCount = 3
+// Eight points, with signs mixed per variable, so that expressions equal
+// only for positive values (|x| and x, \sqrt{x^2} and x, \ln x^2 and 2\ln x)
+// are told apart, and agreement at every point where both are defined is
+// required at three points at least.
+const sampleCount = 8
 
 // evaluate binds variables to sample points and evaluates every scalar of
 // both shapes. It reports false when there are too many variables.
@@ -304,6 +332,9 @@ func sample(j, k int) *big.Rat {
 	x ^= x >> 29
 	num := int64(x%97) + 2
 	den := int64((x>>32)%29) + 3
+	if (x>>40)&1 == 1 && j > 0 {
+		num = -num
+	}
 	return big.NewRat(num, den)
 }
 
@@ -312,6 +343,11 @@ func (c *comparer) evalShape(s *shape) {
 	if s.kind != sScalar {
 		for _, e := range s.elems {
 			c.evalShape(e)
+		}
+		for _, d := range s.diffs {
+			if d != nil {
+				c.evalShape(d)
+			}
 		}
 		return
 	}
@@ -369,6 +405,9 @@ func (c *comparer) equal(a, b *shape) bool {
 
 // compare compares two shapes by kind; see the package documentation.
 func (c *comparer) compare(a, b *shape) bool {
+	if a.kind == sRel || b.kind == sRel {
+		return c.compareRel(a, b)
+	}
 	if a.kind == sScalar && b.kind == sScalar {
 		return c.scalarEqual(a, b)
 	}
@@ -402,22 +441,33 @@ func (c *comparer) compare(a, b *shape) bool {
 // sameSet reports whether every element of each side equals some element of
 // the other.
 func (c *comparer) sameSet(a, b []*shape) bool {
-	covered := func(x, y []*shape) bool {
-		for _, e := range x {
-			found := false
-			for _, f := range y {
-				if c.equal(e, f) {
-					found = true
-					break
-				}
-			}
-			if !found {
-				return false
+	// a holds predicted elements and b gold ones: equal takes them in that
+	// order, since the relation rules are not symmetric.
+	for _, e := range a {
+		found := false
+		for _, f := range b {
+			if c.equal(e, f) {
+				found = true
+				break
 			}
 		}
-		return true
+		if !found {
+			return false
+		}
 	}
-	return covered(a, b) && covered(b, a)
+	for _, f := range b {
+		found := false
+		for _, e := range a {
+			if c.equal(e, f) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // scalarEqual compares scalars: as text, as words, or by value at every
@@ -430,7 +480,7 @@ func (c *comparer) scalarEqual(a, b *shape) bool {
 	if a.word || b.word || a.expr == nil || b.expr == nil {
 		return false
 	}
-	defined := false
+	defined := 0
 	for i := range a.vals {
 		if a.errs[i] || b.errs[i] {
 			if a.errs[i] != b.errs[i] {
@@ -441,7 +491,55 @@ func (c *comparer) scalarEqual(a, b *shape) bool {
 		if c.work.spend(sizeCost(a.vals[i], b.vals[i])) != nil || !equalValues(a.vals[i], b.vals[i]) {
 			return false
 		}
-		defined = true
+		defined++
 	}
-	return defined
+	// With variables, agreement must be seen at several points.
+	return defined >= min(len(a.vals), 3)
+}
+
+// plusMinus expands an answer with \pm (or \mp) outside brackets into the set
+// of its values, as latex2sympy2_extended does: "1 \pm \sqrt{19}" is
+// {1+\sqrt{19}, 1-\sqrt{19}}. At most two signs are expanded; it returns nil
+// when there is none.
+func (c *comparer) plusMinus(s string, depth int) (*shape, error) {
+	at, spell := -1, ""
+	d := 0
+	for i := 0; i < len(s) && at < 0; i++ {
+		if d == 0 {
+			for _, sp := range [...]string{`\pm`, `\mp`} {
+				if strings.HasPrefix(s[i:], sp) && (i+3 >= len(s) || !isLetter(s[i+3])) {
+					at, spell = i, sp
+				}
+			}
+			if at >= 0 {
+				break
+			}
+		}
+		dd, w := bracketDelta(s, i)
+		d += dd
+		i += w - 1
+	}
+	if at < 0 {
+		return nil, nil
+	}
+	if depth > 2*MaxDepth/3 {
+		return nil, errLimit
+	}
+	signs := [2]string{"+", "-"}
+	if spell == `\mp` {
+		signs = [2]string{"-", "+"}
+	}
+	set := &shape{kind: sSet, pm: true}
+	for _, sign := range signs {
+		e, err := c.parseShape(s[:at]+sign+s[at+3:], depth+8)
+		if err != nil {
+			return nil, err
+		}
+		if e.pm {
+			set.elems = append(set.elems, e.elems...)
+		} else {
+			set.elems = append(set.elems, e)
+		}
+	}
+	return set, nil
 }

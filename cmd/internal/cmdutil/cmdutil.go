@@ -19,6 +19,7 @@ import (
 	"github.com/rollfleet/rollfleet/actors/collector"
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/metrics"
 	"github.com/rollfleet/rollfleet/tracing"
 )
 
@@ -34,6 +35,7 @@ type Fleet struct {
 	LogLevel       string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	LogFormat      string `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 	OTLP           string `placeholder:"URL" help:"Send OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
+	Metrics        string `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 	GC
 }
 
@@ -47,9 +49,12 @@ var ErrStreamPermission = errors.New("not allowed to set up the streams")
 // reconnect.
 var ErrConnectionClosed = errors.New("nats connection closed")
 
-// Streams is the stream configuration the flags ask for.
+// Streams is the stream configuration the flags ask for. With
+// --init-streams it includes the trainers' batches stream, which the other
+// processes never use: the admin makes it with the others, for trainers
+// that may not create streams.
 func (f *Fleet) Streams() bus.StreamOptions {
-	return bus.StreamOptions{Replicas: f.Replicas, MaxBytes: f.StreamMaxBytes, StepsMaxBytes: f.StepsMaxBytes}
+	return bus.StreamOptions{Replicas: f.Replicas, MaxBytes: f.StreamMaxBytes, StepsMaxBytes: f.StepsMaxBytes, Batches: f.InitStreams}
 }
 
 // Logger returns a text logger on stderr at the given level (see NewLogger).
@@ -157,6 +162,9 @@ type Process struct {
 	Log      *slog.Logger
 	// Tracing exports the process's spans (--otlp); nil when off, whose Tracer is nil.
 	Tracing *tracing.Exporter
+	// Metrics are the process's metrics: nil without --metrics (a nil
+	// *metrics.Metrics measures nothing).
+	Metrics *metrics.Metrics
 }
 
 // Main runs a fleet process: connect, run body until a signal, drain, and
@@ -183,10 +191,16 @@ func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error
 		return fmt.Errorf("--otlp: %w", err)
 	}
 	defer stopTracing()
+	m, stopMetrics, err := ServeMetrics(f.Metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	nc, js, subj, err := f.Connect(sctx, name, log)
 	if err != nil {
 		return err
 	}
+	m.WatchNATS(nc, js, subj)
 	if f.InitStreams {
 		log.Info("streams ready")
 		return drain(nc, nil)
@@ -200,7 +214,7 @@ func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error
 	if nc.IsClosed() {
 		cancel(f.closedError(nc))
 	}
-	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log, Tracing: exp})
+	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log, Metrics: m, Tracing: exp})
 	if nc.IsClosed() {
 		// The body may have seen the closed connection before the handler
 		// ran: the reason matters more than the body's error.

@@ -1,0 +1,102 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/rollfleet/rollfleet/bus/bustest"
+	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/service"
+)
+
+// TestFleetIsDiscoverable starts a standing fleet and finds its actors from
+// a plain NATS client through the service API: PING and INFO per kind,
+// STATS with the actor's status, and the status endpoint.
+func TestFleetIsDiscoverable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f, err := fleet.StartStanding(ctx, fleet.Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	nc, err := f.Connect("observer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := messages.NewSubjects("")
+	for _, kind := range []string{service.KindEnv, service.KindLLM, service.KindCollector} {
+		name := service.NamePrefix + kind
+		t.Run(kind, func(t *testing.T) {
+			var ping micro.Ping
+			request(t, nc, "$SRV.PING."+name, &ping)
+			if ping.Name != name || ping.Type != micro.PingResponseType || ping.ID == "" || ping.Version == "" || ping.Metadata["worker_id"] == "" {
+				t.Errorf("PING: %+v", ping)
+			}
+			var info micro.Info
+			request(t, nc, "$SRV.INFO."+name+"."+ping.ID, &info)
+			i := slices.IndexFunc(info.Endpoints, func(e micro.EndpointInfo) bool { return e.Name == "status" })
+			if info.Name != name || info.Description == "" || i < 0 || info.Endpoints[i].Subject != service.StatusSubject(subj, kind) {
+				t.Errorf("INFO: %+v", info)
+			}
+			// A worker knows the policy state once it runs.
+			var status service.Status
+			bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+				status = service.Status{}
+				request(t, nc, service.StatusSubject(subj, kind), &status)
+				if kind != service.KindCollector && status.Policy == nil {
+					return fmt.Errorf("status of a %s without the policy state: %+v", kind, status)
+				}
+				return nil
+			})
+			if status.Kind != kind || status.ID != ping.Metadata["worker_id"] || status.Stats == nil {
+				t.Errorf("status: %+v", status)
+			}
+			if kind == service.KindLLM && (len(status.Endpoints) != 1 || !status.Endpoints[0].Healthy) {
+				t.Errorf("LLM worker's endpoints: %+v", status.Endpoints)
+			}
+			var stats micro.Stats
+			request(t, nc, "$SRV.STATS."+name, &stats)
+			if len(stats.Endpoints) != 1 || stats.Endpoints[0].NumRequests < 1 {
+				t.Fatalf("STATS: %+v", stats)
+			}
+			var data service.Status
+			if err := json.Unmarshal(stats.Endpoints[0].Data, &data); err != nil || data.Kind != kind {
+				t.Errorf("STATS data %s: %v", stats.Endpoints[0].Data, err)
+			}
+		})
+	}
+	// Every instance answers the bare PING; a fleet has one of each kind.
+	var pong micro.Ping
+	request(t, nc, "$SRV.PING", &pong)
+	if pong.Name == "" {
+		t.Errorf("PING: %+v", pong)
+	}
+}
+
+// request sends a request and decodes its JSON answer into v.
+func request(t *testing.T, nc *nats.Conn, subject string, v any) {
+	t.Helper()
+	m, err := nc.Request(subject, nil, 5*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", subject, err)
+	}
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		t.Fatalf("%s: %v in %s", subject, err, m.Data)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	if v := service.Version(); v == "" {
+		t.Fatal("no version")
+	}
+}
