@@ -3,7 +3,10 @@ package envs
 import (
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
+	"regexp"
+	"strings"
 
 	"github.com/rollfleet/rollfleet/envs/mathgrade"
 	"github.com/rollfleet/rollfleet/nemogym"
@@ -43,6 +46,14 @@ type mathState struct {
 	// Extracted and Reward are the grading of the last answer.
 	Extracted string  `json:"extracted"`
 	Reward    float64 `json:"reward"`
+	// Judge asks an outside judge about an answer the grader rejects (NeMo
+	// Gym's should_use_judge). Library is the grader's reward of the last
+	// answer, Boxed its last box's content while a judge is pending, and
+	// Evaluations the judge's prompts and replies.
+	Judge       bool    `json:"judge,omitempty"`
+	Library     float64 `json:"library,omitempty"`
+	Boxed       string  `json:"boxed,omitempty"`
+	Evaluations string  `json:"evaluations,omitempty"`
 }
 
 // mathEnv is a single-turn math problem, or a multi-turn one when
@@ -54,7 +65,7 @@ type mathEnv struct {
 
 func newMath(opts map[string]json.RawMessage, system bool) (Env, error) {
 	s := mathState{MaxAttempts: 1, System: system}
-	for key, dst := range map[string]any{"question": &s.Question, "answer": &s.Answer, "max_attempts": &s.MaxAttempts} {
+	for key, dst := range map[string]any{"question": &s.Question, "answer": &s.Answer, "max_attempts": &s.MaxAttempts, "judge": &s.Judge} {
 		if raw, ok := opts[key]; ok {
 			if err := decodeStrict(raw, dst); err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrBadOption, key, err)
@@ -89,15 +100,74 @@ func (m *mathEnv) Reset(*rand.Rand) (string, Info) {
 // observation is empty: the trajectory ends with the model's answer, and the
 // verdict is in the reward and the info (extracted_answer, expected_answer,
 // library_reward).
+//
+// With the judge option, an answer the grader rejects whose response has a
+// non-blank last \boxed{…} waits for a judge (PendingJudge); the result
+// returned here is the one without a judge.
 func (m *mathEnv) Step(action string) StepResult {
 	m.s.Attempts++
 	g := mathgrade.Grade(action, m.s.Answer)
-	m.s.Extracted, m.s.Reward = g.Extracted, g.Reward
+	m.s.Extracted, m.s.Reward, m.s.Library = g.Extracted, g.Reward, g.Reward
+	m.s.Boxed, m.s.Evaluations = "", ""
+	if m.s.Judge && g.Reward == 0 {
+		if box, ok := lastBoxRaw(action); ok && strings.TrimSpace(box) != "" {
+			m.s.Boxed = box
+		}
+	}
+	return m.result()
+}
+
+// result is the step result of the last answer as graded (and judged).
+func (m *mathEnv) result() StepResult {
 	info := m.Info()
-	if g.Reward == 0 && m.s.Attempts < m.s.MaxAttempts {
+	if m.s.Reward == 0 && m.s.Attempts < m.s.MaxAttempts {
 		return StepResult{Observation: mathRetry, Reward: 0, Info: info}
 	}
-	return StepResult{Reward: g.Reward, Terminated: true, Won: g.Reward == 1, Info: info}
+	return StepResult{Reward: m.s.Reward, Terminated: true, Won: m.s.Reward == 1, Info: info}
+}
+
+// PendingJudge asks about the last answer when it waits for a judge: the
+// question, the expected answer and the content of the response's last box,
+// as NeMo Gym's server asks.
+func (m *mathEnv) PendingJudge() (JudgeRequest, bool) {
+	if m.s.Boxed == "" {
+		return JudgeRequest{}, false
+	}
+	return JudgeRequest{Question: m.s.Question, Expected: m.s.Answer, Generated: m.s.Boxed}, true
+}
+
+// Judge settles the last answer: rewarded when the judge said equal both
+// ways round. The verdict's evaluations are reported as judge_evaluations.
+func (m *mathEnv) Judge(v JudgeVerdict) StepResult {
+	if m.s.Boxed == "" {
+		return m.result()
+	}
+	m.s.Boxed, m.s.Evaluations = "", string(v.Evaluations)
+	if v.Equal {
+		m.s.Reward = 1
+	}
+	return m.result()
+}
+
+// lastBoxRaw is NeMo Gym's _extract_last_boxed_answer: the exact content of
+// the last complete \boxed{…}, every brace counted.
+func lastBoxRaw(s string) (string, bool) {
+	i := strings.LastIndex(s, `\boxed{`)
+	if i < 0 {
+		return "", false
+	}
+	start, depth := i+len(`\boxed{`), 1
+	for j := start; j < len(s); j++ {
+		switch s[j] {
+		case '{':
+			depth++
+		case '}':
+			if depth--; depth == 0 {
+				return s[start:j], true
+			}
+		}
+	}
+	return "", false
 }
 
 // Instructions is the question as the env asks it.
@@ -116,9 +186,16 @@ func (m *mathEnv) Info() Info {
 		info["system"] = nemogym.SystemPrompt
 	}
 	if m.s.Attempts > 0 {
-		info["extracted_answer"] = m.s.Extracted
+		info["extracted_answer"] = MathAnswerString(m.s.Extracted)
 		info["expected_answer"] = m.s.Answer
-		info["library_reward"] = fmt.Sprint(m.s.Reward)
+		lib := m.s.Reward
+		if m.s.Judge {
+			lib = m.s.Library
+		}
+		info["library_reward"] = fmt.Sprint(lib)
+		if m.s.Evaluations != "" {
+			info["judge_evaluations"] = m.s.Evaluations
+		}
 	}
 	return info
 }
@@ -140,6 +217,7 @@ func (m *mathEnv) Restore(state json.RawMessage) error {
 	fields := map[string]any{
 		"question": &next.Question, "answer": &next.Answer, "max_attempts": &next.MaxAttempts,
 		"attempts": &next.Attempts, "system": &next.System, "extracted": &next.Extracted, "reward": &next.Reward,
+		"judge": &next.Judge, "library": &next.Library, "boxed": &next.Boxed, "evaluations": &next.Evaluations,
 	}
 	if err := restoreFields(mathFamily, obj, fields); err != nil {
 		return err
@@ -166,3 +244,60 @@ func (m *mathEnv) Turn() int { return m.s.Attempts }
 
 // MaxTurns is the number of answers allowed.
 func (m *mathEnv) MaxTurns() int { return m.s.MaxAttempts }
+
+// Whole-answer forms MathAnswerString writes as sympy prints them.
+var (
+	intAnswer  = regexp.MustCompile(`^-?[0-9]+$`)
+	fracAnswer = regexp.MustCompile(`^(-?)(?:\\frac\{(-?[0-9]+)\}\{([0-9]+)\}|([0-9]+)/([0-9]+))$`)
+)
+
+// MathAnswerString is the extracted answer as a result reports it, as close
+// to NeMo Gym's (the str of math_verify's parsed sympy expression) as the
+// grader can give: the answer normalized by mathgrade.Normalize, with a whole
+// integer or fraction of integers written as sympy prints the number ("007"
+// is "7", "\frac{6}{8}" is "3/4", "\frac{4}{2}" is "2"). Other answers stay
+// normalized LaTeX ("\sqrt{2}" where sympy says "sqrt(2)"). Empty when
+// nothing was extracted.
+func MathAnswerString(extracted string) string {
+	if strings.TrimSpace(extracted) == "" {
+		return ""
+	}
+	n := mathgrade.Normalize(extracted)
+	if n == "" {
+		return strings.TrimSpace(extracted)
+	}
+	if len(n) > 200 {
+		return n
+	}
+	if intAnswer.MatchString(n) {
+		v, _ := new(big.Int).SetString(n, 10)
+		return v.String()
+	}
+	if m := fracAnswer.FindStringSubmatch(n); m != nil {
+		num, den := m[2]+m[4], m[3]+m[5]
+		a, _ := new(big.Int).SetString(num, 10)
+		d, _ := new(big.Int).SetString(den, 10)
+		if d.Sign() == 0 {
+			return n
+		}
+		r := new(big.Rat).SetFrac(a, d)
+		if m[1] == "-" {
+			r.Neg(r)
+		}
+		return r.RatString()
+	}
+	return n
+}
+
+// MathInput returns the first prompt a math env asks a question with, as
+// chat messages: the system prompt of "math:nemo" (empty for "math") and
+// the user message. ok is false for any other env id.
+func MathInput(id, question string) (system, user string, ok bool) {
+	switch id {
+	case "math":
+		return "", question + mathPrompt, true
+	case "math:nemo":
+		return nemogym.SystemPrompt, question, true
+	}
+	return "", "", false
+}

@@ -42,7 +42,7 @@ func TestMathEnv(t *testing.T) {
 		steps    []step
 	}{
 		{"right at once", 1, []step{{`so \boxed{19}`, "", 1, true, true, "19"}}},
-		{"equivalent form", 1, []step{{`\boxed{\frac{38}{2}}`, "", 1, true, true, `\frac{38}{2}`}}},
+		{"equivalent form", 1, []step{{`\boxed{\frac{38}{2}}`, "", 1, true, true, "19"}}}, // sympy prints 38/2 as 19
 		{"wrong", 1, []step{{`\boxed{18}`, "", 0, true, false, "18"}}},
 		{"no box", 1, []step{{"The answer is 19.", "", 0, true, false, ""}}},
 		{"retry then right", 3, []step{
@@ -119,5 +119,70 @@ func TestMathSnapshotRestore(t *testing.T) {
 	}
 	if err := b.Restore(json.RawMessage(`{"attempts": 5}`)); err == nil || !strings.Contains(err.Error(), "attempts") {
 		t.Fatalf("restore of a bad attempt count: %v", err)
+	}
+}
+
+func TestMathAnswerString(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"  ", ""},
+		{"007", "7"},
+		{"-12", "-12"},
+		{`\frac{6}{8}`, "3/4"},
+		{`\dfrac{4}{2}`, "2"},
+		{`-\frac{1}{3}`, "-1/3"},
+		{"6/8", "3/4"},
+		{`\frac{1}{0}`, `\frac{1}{0}`},
+		{`\text{5 cm}`, "5"},
+		{`$\sqrt{2}$`, `\sqrt{2}`},
+		{"x = 5", "5"},
+	} {
+		if got := MathAnswerString(tc.in); got != tc.want {
+			t.Errorf("MathAnswerString(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// With the judge option, a rejected answer with a box waits for the judge,
+// which asks about the box's exact content and may reward it; without a
+// box, or with a rewarded answer, no judge is asked.
+func TestMathJudge(t *testing.T) {
+	for _, tc := range []struct {
+		name, action string
+		pending      bool
+		equal        bool
+		reward       float64
+	}{
+		{"rewarded: no judge", `\boxed{19}`, false, false, 1},
+		{"no box: no judge", "nineteen", false, false, 0},
+		{"blank box: no judge", `\boxed{ }`, false, false, 0},
+		{"judge says equal", `so \boxed{\text{nineteen}}`, true, true, 1},
+		{"judge says different", `\boxed{20}`, true, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newMathEnv(t, "math", "What is 12 + 7?", "19", map[string]any{"judge": true})
+			env.Reset(NewRNG(1))
+			r := env.Step(tc.action)
+			j := env.(Judged)
+			q, pending := j.PendingJudge()
+			if pending != tc.pending {
+				t.Fatalf("pending %v", pending)
+			}
+			if pending {
+				if r.Reward != 0 || q.Expected != "19" || q.Question != "What is 12 + 7?" || !strings.Contains(tc.action, `\boxed{`+q.Generated+`}`) {
+					t.Fatalf("step %+v, asks %+v", r, q)
+				}
+				r = j.Judge(JudgeVerdict{Equal: tc.equal, Evaluations: json.RawMessage(`[{"x":1}]`)})
+				if r.Info["judge_evaluations"] != `[{"x":1}]` || r.Info["library_reward"] != "0" {
+					t.Fatalf("info %v", r.Info)
+				}
+				if _, again := j.PendingJudge(); again {
+					t.Fatal("still pending after the verdict")
+				}
+			}
+			if r.Reward != tc.reward || r.Won != (tc.reward == 1) || !r.Terminated {
+				t.Fatalf("result %+v, want reward %v", r, tc.reward)
+			}
+		})
 	}
 }

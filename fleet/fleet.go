@@ -5,6 +5,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -120,6 +121,15 @@ type Options struct {
 	// Filter it receives only the trajectories of kept groups. Nothing is
 	// written before the run has started (Summary.Started).
 	Out io.Writer
+	// MathJudge, when set, asks an LLM judge about the math answers the
+	// grader rejects, both ways round, as NeMo Gym's math server does: a
+	// model name (the LLM workers' model judges; the name is recorded) or
+	// the URL of a vLLM server, which an LLM worker of its own serves on
+	// subjects under JudgePrefix.
+	MathJudge string
+	// Format is the format of Out's lines: FormatOpenRLHF (when empty) or
+	// FormatNeMoGym.
+	Format string
 	// FailuresOut receives one failure record JSON object per line; nil discards.
 	FailuresOut io.Writer
 	// GroupsOut receives one group JSON object per line, with its
@@ -189,6 +199,10 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// JudgePrefix is the subject prefix of the LLM worker that serves a math
+// judge given by URL (Options.MathJudge).
+const JudgePrefix = "rfjudge"
+
 // DatasetRow is one line of a dataset file: a prompt row, a math
 // question/answer row, or a NeMo Gym data item (see UnmarshalJSON).
 type DatasetRow struct {
@@ -204,6 +218,11 @@ type DatasetRow struct {
 	// Line is the row's line number in its file (from 1), set by
 	// ParseDataset; errors about the row name it.
 	Line int `json:"-"`
+	// Raw is the row as read (a copy), for NeMo Gym's task numbering and
+	// records.
+	Raw json.RawMessage `json:"-"`
+	// TaskIndex is the row's own _ng_task_index, when it has one.
+	TaskIndex *int32 `json:"-"`
 }
 
 // UnmarshalJSON reads the three row forms. A NeMo Gym item
@@ -219,13 +238,18 @@ func (r *DatasetRow) UnmarshalJSON(data []byte) error {
 		CreateParams   *nemogym.CreateParams `json:"responses_create_params"`
 		Question       *string               `json:"question"`
 		ExpectedAnswer *string               `json:"expected_answer"`
+		TaskIndex      *int32                `json:"_ng_task_index"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return err
 	}
+	if raw.TaskIndex != nil && *raw.TaskIndex < 0 {
+		return fmt.Errorf("_ng_task_index %d is negative", *raw.TaskIndex)
+	}
 	line := r.Line
 	*r = DatasetRow(raw.plain)
-	r.Line = line
+	r.Line, r.TaskIndex = line, raw.TaskIndex
+	r.Raw = append(json.RawMessage(nil), bytes.TrimSpace(data)...)
 	switch {
 	case raw.CreateParams != nil:
 		item := nemogym.Item{CreateParams: *raw.CreateParams}
@@ -502,6 +526,30 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, fmt.Errorf("fleet: episodes consumer: %w", err)
 	}
+	if opts.MathJudge != "" {
+		envOpts.Judge = &envactor.JudgeOptions{Model: opts.MathJudge}
+		if strings.HasPrefix(opts.MathJudge, "http://") || strings.HasPrefix(opts.MathJudge, "https://") {
+			nc, err := connect("judge")
+			if err != nil {
+				return nil, err
+			}
+			subj := messages.NewSubjects(JudgePrefix)
+			jw, err := llm.New(nc, llm.Options{Endpoints: []string{opts.MathJudge}, Subjects: subj, Logger: opts.Logger})
+			if err != nil {
+				return nil, err
+			}
+			envOpts.Judge.Subjects = subj
+			jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := jw.Run(jctx); err != nil {
+					opts.Logger.Error("judge LLM worker stopped", "err", err)
+				}
+			}()
+			stack.push(func() { cancel(); <-done; nc.Close() })
+		}
+	}
 	ew, err := envactor.New(conns["envworker"], envJS, envOpts)
 	if err != nil {
 		return nil, err
@@ -547,7 +595,12 @@ type plan struct {
 	rows   []DatasetRow
 	envIDs []string // --env's ids, taken in turn by prompts without an env
 	groups int
-	now    int64 // submit time of every episode
+	// tasks numbers the rows as NeMo Gym does (taskNumbers); prior is how
+	// many rows before each one have its task, and perTask how many rows
+	// each task has.
+	tasks, prior []int32
+	perTask      map[int32]int32
+	now          int64 // submit time of every episode
 	// version is the fleet's policy version as the episodes are made: each
 	// records the one of its submission.
 	version atomic.Int64
@@ -570,9 +623,20 @@ func newPlan(opts Options) (*plan, error) {
 
 // newPlanOfRows is newPlan with the dataset's rows given.
 func newPlanOfRows(opts Options, rows []DatasetRow) (*plan, error) {
+	switch opts.Format {
+	case "", FormatOpenRLHF, FormatNeMoGym:
+	default:
+		return nil, fmt.Errorf("fleet: output format %q: want %s", opts.Format, strings.Join(Formats, " or "))
+	}
 	p := &plan{opts: opts, runID: opts.RunID, rows: rows, now: time.Now().UnixNano()}
 	if err := checkRowEnvs(opts, p.rows); err != nil {
 		return nil, err
+	}
+	p.tasks = taskNumbers(rows)
+	p.prior, p.perTask = make([]int32, len(rows)), map[int32]int32{}
+	for r, t := range p.tasks {
+		p.prior[r] = p.perTask[t]
+		p.perTask[t]++
 	}
 	n := opts.NSamples
 	p.groups = len(p.rows)
@@ -628,6 +692,57 @@ func episodeIndex(run, id string) (int, bool) {
 	return i, err == nil && i >= 0 && EpisodeID(run, i) == id
 }
 
+// taskNumbers numbers dataset rows as NeMo Gym's rollout collection does:
+// a row's own _ng_task_index, else identical rows (the same text) alike, in
+// order of first appearance, counting from 0 (the rows with an index of
+// their own do not take a number).
+func taskNumbers(rows []DatasetRow) []int32 {
+	tasks := make([]int32, len(rows))
+	seen := map[string]int32{}
+	for r, row := range rows {
+		if row.TaskIndex != nil {
+			tasks[r] = *row.TaskIndex
+			continue
+		}
+		key := string(row.Raw)
+		if row.Raw == nil {
+			key = fmt.Sprintf("row %d", r) // made in code, not read: its own
+		}
+		t, ok := seen[key]
+		if !ok {
+			t = int32(len(seen))
+			seen[key] = t
+		}
+		tasks[r] = t
+	}
+	return tasks
+}
+
+// indices returns the NeMo Gym task and rollout index of episode idx. The
+// rows are used in turn, each for NSamples episodes, and a task's rollouts
+// are numbered in that order, as NeMo Gym's repeats are (aabbcc): no two
+// episodes share a (task, rollout) pair, however often rows recur. Without a
+// dataset every group is a task of its own.
+func (p *plan) indices(idx int) (task, rollout int32) {
+	n := p.opts.NSamples
+	g, i := idx/n, idx%n
+	if len(p.rows) == 0 {
+		return int32(g), int32(i)
+	}
+	r := g % len(p.rows)
+	task = p.tasks[r]
+	before := int64(g/len(p.rows))*int64(p.perTask[task]) + int64(p.prior[r])
+	return task, int32(before*int64(n) + int64(i))
+}
+
+// row is the dataset row of episode idx (the zero row without a dataset).
+func (p *plan) row(idx int) DatasetRow {
+	if len(p.rows) == 0 {
+		return DatasetRow{}
+	}
+	return p.rows[(idx/p.opts.NSamples)%len(p.rows)]
+}
+
 // request makes episode number idx.
 func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 	opts := p.opts
@@ -665,11 +780,19 @@ func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 	if style == "" {
 		style = opts.ObsStyle
 	}
+	task, rollout := p.indices(idx)
+	var envOpts []byte
+	if opts.MathJudge != "" {
+		if spec, err := envs.Lookup(row.Env); err == nil && spec.Family == "Math" {
+			envOpts = []byte(`{"judge":true}`)
+		}
+	}
 	return &messages.EpisodeRequest{
-		V: messages.Version, RunID: p.runID, EpisodeID: EpisodeID(p.runID, idx),
+		EnvOptions: envOpts,
+		V:          messages.Version, RunID: p.runID, EpisodeID: EpisodeID(p.runID, idx),
 		GroupID: GroupID(p.runID, g), SampleIndex: int32(i), GroupSize: int32(n),
 		Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
-		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: int32(g % max(len(p.rows), 1)),
+		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: task, RolloutIndex: rollout,
 		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now, PromptOverflow: opts.PromptOverflow,
 		SubmitVersion: p.version.Load(), MaxStaleness: opts.MaxStaleness, StalePolicy: opts.StalePolicy,
 		TraceID: messages.TraceIDOf(p.runID, EpisodeID(p.runID, idx)),

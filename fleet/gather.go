@@ -282,7 +282,7 @@ func (g *gatherer) trajectory(m jetstream.Msg) error {
 	// With a filter, the output holds the kept groups' trajectories,
 	// written as their group comes.
 	if g.opts.Filter == nil {
-		if err := writeTrajectory(g.out, t); err != nil {
+		if err := g.writeTrajectory(t); err != nil {
 			return err
 		}
 	}
@@ -338,7 +338,7 @@ func (g *gatherer) group(m jetstream.Msg) error {
 	}
 	if g.opts.Filter != nil {
 		for k := range grp.Trajectories {
-			if err := writeTrajectory(g.out, &grp.Trajectories[k]); err != nil {
+			if err := g.writeTrajectory(&grp.Trajectories[k]); err != nil {
 				return err
 			}
 		}
@@ -350,6 +350,14 @@ func (g *gatherer) group(m jetstream.Msg) error {
 	g.gotGroups++
 	g.sum.GroupsKept++
 	return nil
+}
+
+// writeTrajectory writes one trajectory to the output in the run's format.
+func (g *gatherer) writeTrajectory(t *messages.Trajectory) error {
+	if g.opts.Format == FormatNeMoGym {
+		return g.plan.writeNeMoRecord(g.out, t)
+	}
+	return writeTrajectory(g.out, t)
 }
 
 // writeTrajectory writes one trajectory JSON line.

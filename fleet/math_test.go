@@ -9,6 +9,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/actors/collector"
 	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/envs/mathgrade"
 	"github.com/rollfleet/rollfleet/nemogym"
 	"github.com/rollfleet/rollfleet/toyllm"
@@ -90,7 +91,7 @@ func TestEndToEndMath(t *testing.T) {
 				}
 				g := mathgrade.Grade(tok.Decode(gen), tr.Label)
 				if tr.Reward != g.Reward || tr.ExtraLogs["library_reward"] != g.Reward || tr.Success != (g.Reward == 1) ||
-					tr.Info["extracted_answer"] != g.Extracted || tr.Info["expected_answer"] != tr.Label {
+					tr.Info["extracted_answer"] != envs.MathAnswerString(g.Extracted) || tr.Info["expected_answer"] != tr.Label {
 					t.Fatalf("%s: reward %v info %v, verifier says %+v", tr.EpisodeID, tr.Reward, tr.Info, g)
 				}
 			}

@@ -42,3 +42,7 @@ func (r *Requests) Request(i int) (*messages.EpisodeRequest, error) {
 	}
 	return r.p.request(i)
 }
+
+// Row is the dataset row episode i was made from (the zero row without a
+// dataset).
+func (r *Requests) Row(i int) DatasetRow { return r.p.row(i) }

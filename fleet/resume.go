@@ -262,6 +262,8 @@ type Manifest struct {
 	PromptOverflow    string    `json:"prompt_overflow,omitempty"`
 	FailuresOut       string    `json:"failures_out,omitempty"`
 	GroupsOut         string    `json:"groups_out,omitempty"`
+	Format            string    `json:"format,omitempty"`
+	MathJudge         string    `json:"math_judge,omitempty"`
 }
 
 // ManifestPath is where run's manifest is kept for an output path.

@@ -110,6 +110,8 @@ func fixtureChatTrajectory() *messages.Trajectory {
 		TaskIndex:       17,
 		Resumed:         2,
 		PromptTruncated: 0,
+		RolloutIndex:    9,
+		Responses:       []string{"I guess \\boxed{13}"},
 		TraceID:         "4bf92f3577b34da6a3ce929d0e0e4736",
 		Timings: []messages.TurnTimings{
 			{Queue: 1_500_000, Tokenize: 210_000, Generate: 800_000_000, Model: 790_000_000, Step: 12_000, Wall: 801_900_000, Endpoint: "http://vllm-0:8000"},
@@ -193,7 +195,7 @@ func fixtureEpisodeRequest() *messages.EpisodeRequest {
 		SubmitVersion: 9, MaxStaleness: new(int32(-1)), StalePolicy: messages.StaleKeep,
 		ObsStyle:  messages.ObsQwen3Game,
 		Messages:  []messages.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Play."}},
-		TaskIndex: 3, PromptOverflow: messages.PromptOverflowTruncateLeft,
+		TaskIndex: 3, RolloutIndex: 5, PromptOverflow: messages.PromptOverflowTruncateLeft,
 		TraceID: "0af7651916cd43dd8448eb211c80319c",
 	}
 }
@@ -317,7 +319,7 @@ var wireNames = map[string]string{
 	"EpisodeRequest.SubmitTime": "submit_time_ns", "EpisodeRequest.SubmitVersion": "submit_policy_version",
 	"EpisodeRequest.MaxStaleness": "max_staleness", "EpisodeRequest.StalePolicy": "stale_policy",
 	"EpisodeRequest.ObsStyle": "obs_style", "EpisodeRequest.Messages": "messages", "EpisodeRequest.TaskIndex": "task_index",
-	"EpisodeRequest.PromptOverflow": "prompt_overflow", "EpisodeRequest.TraceID": "trace_id",
+	"EpisodeRequest.RolloutIndex": "rollout_index", "EpisodeRequest.PromptOverflow": "prompt_overflow", "EpisodeRequest.TraceID": "trace_id",
 
 	"StepEvent.RunID": "run_id", "StepEvent.EpisodeID": "episode_id", "StepEvent.Turn": "turn",
 	"StepEvent.Attempt": "attempt", "StepEvent.Request": "request", "StepEvent.Run": "run", "StepEvent.Episode": "episode",

@@ -40,6 +40,19 @@ func appendFloat32(b []byte, x float32) ([]byte, error) {
 	return strconv.AppendFloat(b, float64(x), 'g', -1, 32), nil
 }
 
+// appendFloatLiteral writes x as a JSON number that always reads as a float ("1.0", not "1").
+func appendFloatLiteral(b []byte, x float64) ([]byte, error) {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil, fmt.Errorf("%v has no JSON representation", x)
+	}
+	start := len(b)
+	b = strconv.AppendFloat(b, x, 'g', -1, 64)
+	if !bytes.ContainsAny(b[start:], ".e") {
+		b = append(b, ".0"...)
+	}
+	return b, nil
+}
+
 func appendRange(b []byte, r Range) ([]byte, error) {
 	b = strconv.AppendInt(append(b, '['), int64(r.Start), 10)
 	b = strconv.AppendInt(append(b, ','), int64(r.End), 10)
@@ -152,15 +165,19 @@ func (t Trajectory) MarshalJSON() ([]byte, error) {
 	}
 	// NeMo Gym's result fields, so its tooling reads the same lines.
 	if r, ok := t.ExtraLogs["library_reward"]; ok {
-		w.field("library_reward", r)
+		w.raw("library_reward", func(b []byte) ([]byte, error) { return appendFloatLiteral(b, r) }) // 1.0, never 1, as NeMo Gym
 	}
 	for _, k := range []string{"expected_answer", "extracted_answer"} {
 		if v, ok := t.Info[k]; ok {
+			if k == "extracted_answer" && v == "" { // nothing extracted: null, as NeMo Gym
+				w.raw(k, func(b []byte) ([]byte, error) { return append(b, "null"...), nil })
+				continue
+			}
 			w.field(k, v)
 		}
 	}
 	w.field("_ng_task_index", t.TaskIndex)
-	w.field("_ng_rollout_index", t.SampleIndex)
+	w.field("_ng_rollout_index", max(t.RolloutIndex, t.SampleIndex))
 	if w.err != nil {
 		return nil, w.err
 	}

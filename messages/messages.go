@@ -120,6 +120,10 @@ type EpisodeRequest struct {
 	Messages []ChatMessage `msgpack:"ms,omitempty"`
 	// TaskIndex is the dataset row this episode came from (NeMo Gym's _ng_task_index).
 	TaskIndex int32 `msgpack:"ti,omitempty"`
+	// RolloutIndex numbers the episodes of one task across the run (NeMo Gym's
+	// _ng_rollout_index), so that no two share a (task, rollout) pair when rows are reused;
+	// zero means SampleIndex.
+	RolloutIndex int32 `msgpack:"ri,omitempty"`
 	// PromptOverflow is what happens to a prompt that leaves no room for generation:
 	// PromptOverflowFail (empty means it) or PromptOverflowTruncateLeft.
 	PromptOverflow string `msgpack:"po,omitempty"`
@@ -350,6 +354,11 @@ type Trajectory struct {
 	Info map[string]string `msgpack:"in,omitempty" json:"info,omitempty"`
 	// TaskIndex is the dataset row of the episode (NeMo Gym's _ng_task_index).
 	TaskIndex int32 `msgpack:"ti,omitempty" json:"_ng_task_index"`
+	// RolloutIndex is the request's (NeMo Gym's _ng_rollout_index); zero means SampleIndex.
+	RolloutIndex int32 `msgpack:"ri,omitempty" json:"rollout_index"`
+	// Responses are the model's texts, one per turn (per sample in a single-turn style), as
+	// the model server decoded them; the NeMo Gym records' response output.
+	Responses []string `msgpack:"rtx,omitempty" json:"responses"`
 	// Resumed counts how often the episode moved to another env worker and
 	// continued from its last completed turn.
 	Resumed int32 `msgpack:"rs,omitempty" json:"resumed"`

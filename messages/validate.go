@@ -201,6 +201,7 @@ func (r *EpisodeRequest) validate() *ValidationError {
 		checkObsStyle(r.ObsStyle),
 		checkMessages(r.Messages),
 		checkNonNegative("task_index", r.TaskIndex),
+		checkNonNegative("rollout_index", r.RolloutIndex),
 		checkOneOf("prompt_overflow", r.PromptOverflow, PromptOverflows),
 		checkOneOf("stale_policy", r.StalePolicy, StalePolicies),
 		checkTraceID(r.TraceID),

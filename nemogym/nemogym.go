@@ -6,11 +6,12 @@
 //
 //	{"responses_create_params": {"input": [{"role": "system", …}, {"role": "user", …}], …},
 //	 "question": "…", "expected_answer": "…",
-//	 "agent_ref": {"type": "responses_api_agents", "name": "library_judge_math_simple_agent"}}
+//	 "agent_ref": {"type": "responses_api_agents", "name": "math_with_judge_simple_agent"}}
 //
-// Prepare builds one exactly as OpenRLHF's prepare_data does, and
-// AppendPython writes it with Python's json.dumps defaults, so prepared
-// files are byte-identical to the Python tool's.
+// PrepareItem builds one as NeMo Gym's math data carries it (or, with
+// PromptSystem and LegacyAgentName, exactly as OpenRLHF's prepare_data does),
+// and AppendPython writes it with Python's json.dumps defaults. Record is
+// one result line as NeMo Gym's rollout collection writes it for math.
 package nemogym
 
 import (
@@ -24,11 +25,34 @@ import (
 // spaces after the first period, as the original).
 const SystemPrompt = "Your task is to solve a math problem.  Make sure to put the answer (and only the answer) inside \\boxed{}."
 
-// Agent reference of the math items: NeMo Gym's library-judge math agent.
+// MathPrompt is the instruction line of NeMo Gym's own math data: the user
+// message is this line, two newlines and the question.
+const MathPrompt = "Solve the following math problem. Make sure to put the answer (and only answer) inside \\boxed{}."
+
+// Agent reference of the math items: NeMo Gym's math agent, named
+// math_with_judge_simple_agent since 2025-11 (LegacyAgentName before).
 const (
-	AgentType = "responses_api_agents"
-	AgentName = "library_judge_math_simple_agent"
+	AgentType       = "responses_api_agents"
+	AgentName       = "math_with_judge_simple_agent"
+	LegacyAgentName = "library_judge_math_simple_agent"
 )
+
+// Prompt styles of a prepared item's input messages.
+const (
+	// PromptPlain is one user message, the question (the default).
+	PromptPlain = "plain"
+	// PromptNemo is one user message: MathPrompt, two newlines, the question.
+	PromptNemo = "nemo"
+	// PromptSystem is SystemPrompt as a system message and the question as
+	// the user message, as OpenRLHF's prepare_data writes it.
+	PromptSystem = "system"
+)
+
+// Field is one member of a JSON object, kept in its order.
+type Field struct {
+	Key   string
+	Value json.RawMessage
+}
 
 // ErrNoQuestion is returned for an item that has neither a question nor a
 // user message.
@@ -93,21 +117,47 @@ type Item struct {
 	Question       string       `json:"question"`
 	ExpectedAnswer string       `json:"expected_answer"`
 	AgentRef       *AgentRef    `json:"agent_ref,omitempty"`
+	// Extra are the input row's other fields, written after agent_ref.
+	Extra []Field `json:"-"`
 }
 
-// Prepare builds the data item for a question and its expected answer, as
-// prepare_data does: the math system prompt, the question as the user
-// message, and the library-judge math agent. temperature and
-// maxOutputTokens are added to responses_create_params when not nil.
+// Prepare builds the data item for a question and its expected answer
+// exactly as OpenRLHF's prepare_data does: the math system prompt, the
+// question as the user message, and the agent under its old name
+// (LegacyAgentName). temperature and maxOutputTokens are added to
+// responses_create_params when not nil.
 func Prepare(question, expectedAnswer string, temperature *float64, maxOutputTokens *int32) Item {
-	return Item{
-		CreateParams: CreateParams{
-			Input:       []Message{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: question}},
-			Temperature: temperature, MaxOutputTokens: maxOutputTokens,
-		},
-		Question: question, ExpectedAnswer: expectedAnswer,
-		AgentRef: &AgentRef{Type: AgentType, Name: AgentName},
+	it, _ := PrepareItem(question, expectedAnswer, PrepareOptions{
+		Temperature: temperature, MaxOutputTokens: maxOutputTokens, Prompt: PromptSystem, AgentName: LegacyAgentName,
+	})
+	return it
+}
+
+// PrepareItem builds the data item for a question and its expected answer:
+// the input messages of opts.Prompt (PromptPlain when empty), the agent
+// opts.AgentName (AgentName when empty) and the sampling fields that are not
+// nil. An unknown prompt style is an error.
+func PrepareItem(question, expectedAnswer string, opts PrepareOptions) (Item, error) {
+	var input []Message
+	switch opts.Prompt {
+	case "", PromptPlain:
+		input = []Message{{Role: "user", Content: question}}
+	case PromptNemo:
+		input = []Message{{Role: "user", Content: MathPrompt + "\n\n" + question}}
+	case PromptSystem:
+		input = []Message{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: question}}
+	default:
+		return Item{}, fmt.Errorf("nemogym: prompt style %q: want %s, %s or %s", opts.Prompt, PromptPlain, PromptNemo, PromptSystem)
 	}
+	name := opts.AgentName
+	if name == "" {
+		name = AgentName
+	}
+	return Item{
+		CreateParams: CreateParams{Input: input, Temperature: opts.Temperature, MaxOutputTokens: opts.MaxOutputTokens},
+		Question:     question, ExpectedAnswer: expectedAnswer,
+		AgentRef: &AgentRef{Type: AgentType, Name: name},
+	}, nil
 }
 
 // UserQuestion is the item's question: its question field, or else the text
@@ -159,6 +209,15 @@ func (it *Item) AppendPython(b []byte) []byte {
 		b = append(b, `, "name": `...)
 		b = appendPyString(b, r.Name)
 		b = append(b, '}')
+	}
+	for _, f := range it.Extra {
+		b = append(appendPyString(append(b, ", "...), f.Key), ": "...)
+		var err error
+		if b, err = AppendPythonJSON(b, f.Value); err != nil {
+			// Extra values come from decoded JSON; an invalid one is
+			// written as null rather than as a broken line.
+			b = append(b, "null"...)
+		}
 	}
 	return append(b, '}')
 }

@@ -1,7 +1,13 @@
 package nemogym
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -71,4 +77,130 @@ func appendPyFloat(b []byte, f float64) []byte {
 		s += ".0"
 	}
 	return append(b, s...)
+}
+
+// AppendPythonJSON appends the JSON value raw as Python's json.dumps writes
+// what json.loads made of it: ", " and ": " separators, non-ASCII escaped,
+// object members in their order (a repeated key keeps its first place and
+// its last value, as a dict does), integers as their digits (-0 as 0),
+// numbers with a fraction or an exponent as float reprs (1E5 is 100000.0,
+// 1e400 Infinity). raw must hold exactly one JSON value.
+func AppendPythonJSON(b []byte, raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := readPyValue(dec, 0)
+	if err != nil {
+		return b, fmt.Errorf("nemogym: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return b, errors.New("nemogym: more than one JSON value")
+	}
+	return v.append(b), nil
+}
+
+// maxPyDepth bounds the nesting of the values AppendPythonJSON reads.
+const maxPyDepth = 1000
+
+// pyValue is a decoded JSON value with its object members in order.
+type pyValue struct {
+	tok  json.Token // a scalar: string, json.Number, bool or nil
+	kind byte       // '{', '[' or 0 for a scalar
+	keys []string
+	vals []pyValue
+}
+
+func readPyValue(dec *json.Decoder, depth int) (pyValue, error) {
+	if depth > maxPyDepth {
+		return pyValue{}, errors.New("JSON nested too deep")
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return pyValue{}, err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return pyValue{tok: tok}, nil
+	}
+	v := pyValue{kind: byte(d)}
+	switch d {
+	case '{':
+		at := map[string]int{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return v, err
+			}
+			key, _ := kt.(string)
+			val, err := readPyValue(dec, depth+1)
+			if err != nil {
+				return v, err
+			}
+			if i, dup := at[key]; dup {
+				v.vals[i] = val
+				continue
+			}
+			at[key] = len(v.keys)
+			v.keys, v.vals = append(v.keys, key), append(v.vals, val)
+		}
+	case '[':
+		for dec.More() {
+			val, err := readPyValue(dec, depth+1)
+			if err != nil {
+				return v, err
+			}
+			v.vals = append(v.vals, val)
+		}
+	default:
+		return v, fmt.Errorf("unexpected %v", d)
+	}
+	if _, err := dec.Token(); err != nil { // the closing delimiter
+		return v, err
+	}
+	return v, nil
+}
+
+func (v pyValue) append(b []byte) []byte {
+	switch v.kind {
+	case '{':
+		b = append(b, '{')
+		for i, k := range v.keys {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = v.vals[i].append(append(appendPyString(b, k), ": "...))
+		}
+		return append(b, '}')
+	case '[':
+		b = append(b, '[')
+		for i, x := range v.vals {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = x.append(b)
+		}
+		return append(b, ']')
+	}
+	switch t := v.tok.(type) {
+	case string:
+		return appendPyString(b, t)
+	case bool:
+		if t {
+			return append(b, "true"...)
+		}
+		return append(b, "false"...)
+	case json.Number:
+		s := string(t)
+		if !strings.ContainsAny(s, ".eE") {
+			n, ok := new(big.Int).SetString(s, 10)
+			if ok {
+				return n.Append(b, 10)
+			}
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return append(b, "NaN"...) // not reached: the decoder checked the number
+		}
+		return appendPyFloat(b, f)
+	}
+	return append(b, "null"...)
 }

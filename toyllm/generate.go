@@ -117,7 +117,9 @@ func generate(st *genState, gp *genParams, pol *policy) {
 	tokRNG.Seed(seed, tokenStream)
 
 	var ok bool
-	if st.planText, ok = appendMathPlan(st.planText[:0], st.text, &planRNG); !ok {
+	if st.planText, ok = appendJudgePlan(st.planText[:0], st.text); ok {
+		// A judge prompt: the verdict.
+	} else if st.planText, ok = appendMathPlan(st.planText[:0], st.text, &planRNG); !ok {
 		if st.planText, ok = appendBoardGamePlan(st.planText[:0], st.text, &planRNG); !ok {
 			p := choosePlan(&game, &gp.sampling, &planRNG)
 			st.planText = appendPlanText(st.planText[:0], &game, p)

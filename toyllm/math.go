@@ -15,11 +15,16 @@ import (
 // for the games, the reply is planned once, before the tokens are sampled.
 
 // mathMarkers are the instructions that make a conversation a math problem:
-// NeMo Gym's math system prompt and GEM's math prompt.
+// NeMo Gym's math system prompt, GEM's math prompt and the instruction line
+// of NeMo Gym's math data (which opens the user turn, the question after two
+// newlines).
 var mathMarkers = [...][]byte{
 	[]byte("Your task is to solve a math problem."),
 	[]byte(`Please reason step by step, and put your final answer within \boxed{}.`),
+	nemoMathLine,
 }
+
+var nemoMathLine = []byte(`Solve the following math problem. Make sure to put the answer (and only answer) inside \boxed{}.`)
 
 // The reply kinds are drawn with these probabilities, so that the rewards
 // of a math run spread: the right answer boxed, a wrong one boxed, and the
@@ -44,7 +49,11 @@ var gameFrame = []byte("You are playing language games.")
 // appendMathPlan appends a reply to a math problem, or reports false when
 // the conversation is not one.
 func appendMathPlan(dst, text []byte, rng *rand.PCG) ([]byte, bool) {
-	if !bytes.Contains(text, mathMarkers[0]) && !bytes.Contains(text, mathMarkers[1]) || bytes.Contains(text, gameFrame) {
+	isMath := false
+	for _, m := range mathMarkers {
+		isMath = isMath || bytes.Contains(text, m)
+	}
+	if !isMath || bytes.Contains(text, gameFrame) {
 		return dst, false
 	}
 	sol, ok := solveMath(mathQuestion(text))
@@ -79,16 +88,20 @@ func appendMathPlan(dst, text []byte, rng *rand.PCG) ([]byte, bool) {
 // turn, or the first one when the last is a retry notice after a wrong
 // answer. Without ChatML turns it is the whole text.
 func mathQuestion(text []byte) []byte {
-	last := turnAt(text, bytes.LastIndex(text, userTurn))
-	if last == nil {
+	q := turnAt(text, bytes.LastIndex(text, userTurn))
+	if q == nil {
 		return text
 	}
-	if bytes.Contains(last, retryWord) {
+	if bytes.Contains(q, retryWord) {
 		if first := turnAt(text, bytes.Index(text, userTurn)); first != nil {
-			return first
+			q = first
 		}
 	}
-	return last
+	// NeMo Gym's instruction line comes before the question.
+	if _, after, ok := bytes.Cut(q, nemoMathLine); ok {
+		q = bytes.TrimLeft(after, "\n")
+	}
+	return q
 }
 
 // turnAt returns the content of the user turn that starts at i, or nil when
@@ -514,4 +527,40 @@ func hasWord(q []byte, words []string) bool {
 		i = j
 	}
 	return false
+}
+
+// The stand-in also judges, as NeMo Gym's math judge is asked: it says the
+// two answers are equal when their texts are, spaces aside.
+var (
+	judgeA    = []byte("<|Start of Assistant A's Answer|>\n")
+	judgeAEnd = []byte("\n<|End of Assistant A's Answer|>")
+	judgeB    = []byte("<|Start of Assistant B's Answer|>\n")
+	judgeBEnd = []byte("\n<|End of Assistant B's Answer|>")
+)
+
+// appendJudgePlan appends a verdict on a judge prompt, or reports false when
+// the conversation is not one.
+func appendJudgePlan(dst, text []byte) ([]byte, bool) {
+	between := func(open, end []byte) ([]byte, bool) {
+		i := bytes.LastIndex(text, open)
+		if i < 0 {
+			return nil, false
+		}
+		rest := text[i+len(open):]
+		j := bytes.Index(rest, end)
+		if j < 0 {
+			return nil, false
+		}
+		return rest[:j], true
+	}
+	a, okA := between(judgeA, judgeAEnd)
+	b, okB := between(judgeB, judgeBEnd)
+	if !okA || !okB {
+		return dst, false
+	}
+	squeeze := func(s []byte) string { return strings.Join(strings.Fields(string(s)), "") }
+	if squeeze(a) == squeeze(b) {
+		return append(dst, "The answers are the same. My final verdict is equivalent [[A=B]]"...), true
+	}
+	return append(dst, "The answers differ. My final verdict is different [[A!=B]]"...), true
 }

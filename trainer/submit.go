@@ -203,10 +203,7 @@ func (r *batchRequests) request(i int) (*messages.EpisodeRequest, error) {
 		return nil, err
 	}
 	s := r.spec
-	var row fleet.DatasetRow
-	if len(s.Rows) > 0 {
-		row = s.Rows[int(q.TaskIndex)%len(s.Rows)]
-	}
+	row := r.plan.Row(i)
 	if t := s.Sampling.Temperature; t != nil && row.Temperature == nil {
 		q.Sampling.Temperature = *t
 	}

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rollfleet/rollfleet/envs"
@@ -35,6 +36,7 @@ type partial struct {
 	traceID     string
 	timings     []messages.TurnTimings // one per turn
 	timed       bool                   // some step carried timings
+	texts       []string               // the model's text of each turn
 
 	outcome *outcome
 }
@@ -122,6 +124,7 @@ func (p *partial) apply(ev *messages.StepEvent) {
 			p.tokens = append(p.tokens, ev.FeedbackTokens...)
 			p.logprobs = append(p.logprobs, make([]float32, len(ev.FeedbackTokens))...)
 		}
+		p.texts = append(p.texts, ev.ActionText)
 		p.success, p.info, p.resumed = ev.Success, ev.Info, ev.Resumed
 		p.stepRewards = append(p.stepRewards, ev.Reward)
 		p.score, p.extra = ev.Score, ev.ExtraLogs
@@ -164,6 +167,9 @@ func (p *partial) build(id string) *outcome {
 		ret += p.stepRewards[i]
 		p.samples[i].Return = ret
 	}
+	if !slices.ContainsFunc(p.texts, func(s string) bool { return s != "" }) {
+		p.texts = nil // no text known: none kept
+	}
 	req := p.req
 	style := req.ObsStyle
 	if style == "" {
@@ -180,7 +186,7 @@ func (p *partial) build(id string) *outcome {
 		Stale: p.stale, Restarts: p.restarts, SubmitTime: req.SubmitTime, DoneTime: time.Now().UnixNano(),
 		GenerateNanos: p.genNanos,
 		ObsStyle:      style, Samples: p.samples, Success: p.success, Info: p.info, TaskIndex: req.TaskIndex, Resumed: p.resumed,
-		PromptTruncated: p.promptCut, TraceID: p.trace(),
+		PromptTruncated: p.promptCut, RolloutIndex: req.RolloutIndex, Responses: p.texts, TraceID: p.trace(),
 	}
 	if p.timed {
 		t.Timings = p.timings

@@ -571,6 +571,9 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	if err != nil {
 		return nil, e.fail("env step %d: %v", e.turn, err)
 	}
+	if res, err = e.judge(ctx, res); err != nil {
+		return nil, err
+	}
 	e.tm.Step += time.Since(t1).Nanoseconds()
 	done := res.Done()
 	var ftoks []int32

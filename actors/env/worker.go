@@ -31,6 +31,9 @@ import (
 type Options struct {
 	// Concurrency is the most episodes this worker runs at once (default 256).
 	Concurrency int
+	// Judge, when set, is the LLM judge asked for the envs that want one
+	// (math episodes with the judge option); nil leaves their grader's word.
+	Judge *JudgeOptions
 	// Subjects names subjects and streams (default prefix "rf").
 	Subjects messages.Subjects
 	// Durable is the shared consumer name all env workers pull from

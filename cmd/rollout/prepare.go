@@ -12,6 +12,8 @@ type prepareCmd struct {
 	Out             string   `required:"" help:"NeMo Gym data items JSONL to write ('-' for stdout)."`
 	Temperature     *float64 `help:"Also set responses_create_params.temperature."`
 	MaxOutputTokens *int32   `help:"Also set responses_create_params.max_output_tokens."`
+	Prompt          string   `default:"plain" enum:"plain,nemo,system" help:"Input messages: plain (the question as the one user message), nemo (NeMo Gym's math instruction line, two newlines, the question) or system (NeMo Gym's math system prompt and the question, as OpenRLHF's prepare_data)."`
+	AgentName       string   `default:"math_with_judge_simple_agent" help:"agent_ref.name of every item (library_judge_math_simple_agent before NeMo Gym's 2025-11 rename)."`
 }
 
 func (c *prepareCmd) Run() error {
@@ -27,7 +29,9 @@ func (c *prepareCmd) Run() error {
 		}
 		defer out.Close()
 	}
-	n, err := nemogym.PrepareJSONL(in, out, nemogym.PrepareOptions{Temperature: c.Temperature, MaxOutputTokens: c.MaxOutputTokens})
+	n, err := nemogym.PrepareJSONL(in, out, nemogym.PrepareOptions{
+		Temperature: c.Temperature, MaxOutputTokens: c.MaxOutputTokens, Prompt: c.Prompt, AgentName: c.AgentName,
+	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.In, err)
 	}

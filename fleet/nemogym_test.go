@@ -1,0 +1,272 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/envs/mathgrade"
+	"github.com/rollfleet/rollfleet/nemogym"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// NeMo Gym numbers identical rows alike in order of first appearance, keeps
+// a row's own _ng_task_index, and counts each task's rollouts across every
+// use of its rows (aabbcc), so that no (task, rollout) pair repeats.
+func TestNeMoGymIndices(t *testing.T) {
+	a, b := `{"question": "a", "expected_answer": "1"}`, `{"question": "b", "expected_answer": "2"}`
+	own := `{"question": "c", "expected_answer": "3", "_ng_task_index": 7}`
+	for _, tc := range []struct {
+		name           string
+		lines          []string
+		n, episodes    int
+		tasks, rollout []int32
+	}{
+		{"distinct rows", []string{a, b}, 2, 0, []int32{0, 0, 1, 1}, []int32{0, 1, 0, 1}},
+		{"identical rows share a task", []string{a, b, a}, 2, 0, []int32{0, 0, 1, 1, 0, 0}, []int32{0, 1, 0, 1, 2, 3}},
+		{"rows reused", []string{a, b}, 1, 6, []int32{0, 1, 0, 1, 0, 1}, []int32{0, 0, 1, 1, 2, 2}},
+		{"reused with duplicates", []string{a, a}, 2, 8, []int32{0, 0, 0, 0, 0, 0, 0, 0}, []int32{0, 1, 2, 3, 4, 5, 6, 7}},
+		{"own index kept, not counted", []string{own, a, b}, 1, 0, []int32{7, 0, 1}, []int32{0, 0, 0}},
+		{"white space makes a different row", []string{a, strings.Replace(a, ": ", ":", 1)}, 1, 0, []int32{0, 1}, []int32{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows, err := ParseDataset([]byte(strings.Join(tc.lines, "\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seed := uint64(1)
+			reqs, err := NewRequests(Options{NSamples: tc.n, Episodes: tc.episodes, Seed: &seed}, rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tasks, rollouts []int32
+			for i := range reqs.Len() {
+				q, err := reqs.Request(i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tasks, rollouts = append(tasks, q.TaskIndex), append(rollouts, q.RolloutIndex)
+			}
+			if !reflect.DeepEqual(tasks, tc.tasks) || !reflect.DeepEqual(rollouts, tc.rollout) {
+				t.Fatalf("tasks %v rollouts %v, want %v %v", tasks, rollouts, tc.tasks, tc.rollout)
+			}
+		})
+	}
+	if _, err := ParseDataset([]byte(`{"question": "a", "expected_answer": "1", "_ng_task_index": -1}`)); err == nil {
+		t.Error("negative _ng_task_index accepted")
+	}
+}
+
+// TestNeMoGymRoundTrip: question/answer rows with fields of their own are
+// prepared as NeMo Gym items with its math prompt, run through the fleet
+// (the stand-in model, rows reused, one row twice) and written as NeMo Gym
+// records; each record is checked field by field as a NeMo Gym user's
+// scripts read it: names, order, types, nulls and indices.
+func TestNeMoGymRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	qa := strings.Join([]string{
+		`{"id": "p1", "question": "What is 12 + 7?", "answer": "19", "level": 1}`,
+		`{"id": "p2", "question": "Compute 3*(4+5).", "answer": "27", "level": 2}`,
+		`{"id": "p1", "question": "What is 12 + 7?", "answer": "19", "level": 1}`,
+		`{"id": "p3", "question": "What is 100 / 8?", "answer": "\\frac{25}{2}", "level": 3, "_ng_task_index": 40}`,
+	}, "\n") + "\n"
+	var items bytes.Buffer
+	if _, err := nemogym.PrepareJSONL(strings.NewReader(qa), &items, nemogym.PrepareOptions{Prompt: nemogym.PromptNemo}); err != nil {
+		t.Fatal(err)
+	}
+	itemsPath := filepath.Join(dir, "items.jsonl")
+	if err := os.WriteFile(itemsPath, items.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	seed := uint64(5)
+	sum, err := Run(context.Background(), Options{
+		Dataset: itemsPath, NSamples: 4, Episodes: 32, Seed: &seed, MaxLength: 1024, MaxTokens: 128,
+		Format: FormatNeMoGym, Out: &out, DataDir: filepath.Join(dir, "nats"),
+	})
+	if err != nil || sum.Trajectories != 32 {
+		t.Fatalf("run: %v (%s)", err, sum)
+	}
+
+	wantKeys := []string{"responses_create_params", "response", "reward", "mask_sample", "failure_kind", "failure_reason",
+		"expected_answer", "extracted_answer", "library_reward", "judge_evaluations", "_ng_task_index", "_ng_rollout_index",
+		"agent_ref", "question", "id", "level", "episode_id"}
+	taskOf := map[string]int32{"p1": 0, "p2": 1, "p3": 40}
+	pairs := map[[2]int32]bool{}
+	perTask := map[int32]int{}
+	rewarded := 0
+	var tok toyllm.Tokenizer
+	for n, line := range bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
+		if keys := topKeys(t, line); !reflect.DeepEqual(keys, wantKeys) {
+			t.Fatalf("line %d: keys %v\nwant %v", n+1, keys, wantKeys)
+		}
+		var rec map[string]any
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.UseNumber()
+		if err := dec.Decode(&rec); err != nil {
+			t.Fatal(err)
+		}
+		// Rewards are floats in the JSON text (1.0, 0.0), never integers.
+		for _, k := range []string{"reward", "library_reward"} {
+			if num, ok := rec[k].(json.Number); !ok || !strings.Contains(string(num), ".") {
+				t.Fatalf("line %d: %s is %v, want a float", n+1, k, rec[k])
+			}
+		}
+		if rec["judge_evaluations"] != nil || rec["mask_sample"] != false || rec["failure_kind"] != nil {
+			t.Fatalf("line %d: judge_evaluations %v mask_sample %v failure_kind %v", n+1, rec["judge_evaluations"], rec["mask_sample"], rec["failure_kind"])
+		}
+		id := rec["id"].(string)
+		task, _ := rec["_ng_task_index"].(json.Number).Int64()
+		rollout, _ := rec["_ng_rollout_index"].(json.Number).Int64()
+		if int32(task) != taskOf[id] {
+			t.Fatalf("line %d: row %s has task %d, want %d", n+1, id, task, taskOf[id])
+		}
+		key := [2]int32{int32(task), int32(rollout)}
+		if pairs[key] {
+			t.Fatalf("line %d: (task, rollout) %v repeated", n+1, key)
+		}
+		pairs[key] = true
+		perTask[int32(task)]++
+		if ref := rec["agent_ref"].(map[string]any); ref["name"] != nemogym.AgentName || ref["type"] != nemogym.AgentType {
+			t.Fatalf("line %d: agent_ref %v", n+1, ref)
+		}
+		question := rec["question"].(string)
+		input := rec["responses_create_params"].(map[string]any)["input"].([]any)
+		if len(input) != 1 {
+			t.Fatalf("line %d: input %v", n+1, input)
+		}
+		msg := input[0].(map[string]any)
+		if msg["role"] != "user" || msg["type"] != "message" || msg["content"] != nemogym.MathPrompt+"\n\n"+question {
+			t.Fatalf("line %d: input message %v", n+1, msg)
+		}
+		resp := rec["response"].(map[string]any)
+		output := resp["output"].([]any)
+		if resp["object"] != "response" || resp["model"] != toyllm.DefaultModel || len(output) != 1 {
+			t.Fatalf("line %d: response %v", n+1, resp)
+		}
+		om := output[0].(map[string]any)
+		text := om["content"].([]any)[0].(map[string]any)["text"].(string)
+		gen := numbers(om["generation_token_ids"].([]any))
+		if len(gen) == 0 || len(om["generation_log_probs"].([]any)) != len(gen) || len(om["prompt_token_ids"].([]any)) == 0 {
+			t.Fatalf("line %d: output tokens %v", n+1, om)
+		}
+		// The text is what the model server decoded (a stray byte as U+FFFD).
+		if decoded := strings.ToValidUTF8(tok.Decode(gen), "\uFFFD"); !strings.HasPrefix(decoded, text) || text == "" {
+			t.Fatalf("line %d: text %q, tokens say %q", n+1, text, decoded)
+		}
+		expected := rec["expected_answer"].(string)
+		g := mathgrade.Grade(text, expected)
+		reward, _ := rec["reward"].(json.Number).Float64()
+		if reward != g.Reward {
+			t.Fatalf("line %d: reward %v, the verifier says %v for %q", n+1, reward, g.Reward, text)
+		}
+		rewarded += int(reward)
+		switch x := rec["extracted_answer"].(type) {
+		case nil:
+			if g.Extracted != "" {
+				t.Fatalf("line %d: extracted_answer null, the verifier extracted %q", n+1, g.Extracted)
+			}
+		case string:
+			if x != envs.MathAnswerString(g.Extracted) || x == "" {
+				t.Fatalf("line %d: extracted_answer %q, the verifier extracted %q", n+1, x, g.Extracted)
+			}
+		default:
+			t.Fatalf("line %d: extracted_answer %T", n+1, x)
+		}
+	}
+	// p1 appears twice, and the four rows are used twice with 4 samples.
+	if want := map[int32]int{0: 16, 1: 8, 40: 8}; !reflect.DeepEqual(perTask, want) {
+		t.Fatalf("rollouts per task %v, want %v", perTask, want)
+	}
+	for task, n := range perTask {
+		for r := range n {
+			if !pairs[[2]int32{task, int32(r)}] {
+				t.Fatalf("task %d: rollout %d missing (rollouts number 0..%d)", task, r, n-1)
+			}
+		}
+	}
+	if rewarded == 0 || rewarded == 32 {
+		t.Errorf("%d of 32 rewarded: the stand-in should be right most of the time, not always", rewarded)
+	}
+}
+
+// topKeys returns the keys of a JSON object line in their order.
+func topKeys(t *testing.T, line []byte) []string {
+	t.Helper()
+	fields, err := nemogym.ObjectFields(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, len(fields))
+	for i, f := range fields {
+		keys[i] = f.Key
+	}
+	return keys
+}
+
+func numbers(xs []any) []int32 {
+	out := make([]int32, len(xs))
+	for i, x := range xs {
+		v, err := x.(json.Number).Int64()
+		if err != nil {
+			panic(fmt.Sprint(x))
+		}
+		out[i] = int32(v)
+	}
+	return out
+}
+
+// TestNeMoGymJudge: with a math judge, every answer the grader rejects that
+// has a box is judged through the fleet's LLM workers (the stand-in, which
+// says the off-by-one answers differ) and its evaluations recorded; answers
+// without a box and rewarded ones are not judged.
+func TestNeMoGymJudge(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	seed := uint64(3)
+	sum, err := Run(context.Background(), Options{
+		Dataset: filepath.Join("..", "examples", "math", "items.jsonl"), NSamples: 4, Seed: &seed, MaxLength: 1024, MaxTokens: 128,
+		Format: FormatNeMoGym, MathJudge: "judge-model", Out: &out, DataDir: filepath.Join(dir, "nats"),
+	})
+	if err != nil || sum.Failures != 0 {
+		t.Fatalf("run: %v (%s)", err, sum)
+	}
+	judged := 0
+	for n, line := range bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
+		var rec struct {
+			Reward        float64           `json:"reward"`
+			LibraryReward float64           `json:"library_reward"`
+			Extracted     *string           `json:"extracted_answer"`
+			Evals         []json.RawMessage `json:"judge_evaluations"`
+			Response      struct {
+				Output []struct {
+					Content []struct{ Text string }
+				}
+			}
+		}
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatal(err)
+		}
+		text := rec.Response.Output[0].Content[0].Text
+		wantJudge := rec.LibraryReward == 0 && strings.Contains(text, `\boxed{`)
+		if (rec.Evals != nil) != wantJudge {
+			t.Fatalf("line %d: judged %v for %q (library %v)", n+1, rec.Evals != nil, text, rec.LibraryReward)
+		}
+		if wantJudge {
+			judged++
+			if len(rec.Evals) != 1 || rec.Reward != 0 || !bytes.Contains(rec.Evals[0], []byte(`[[A!=B]]`)) || !bytes.Contains(rec.Evals[0], []byte(`"model":"judge-model"`)) {
+				t.Fatalf("line %d: reward %v evaluations %s", n+1, rec.Reward, rec.Evals)
+			}
+		}
+	}
+	if judged == 0 {
+		t.Fatal("no answer was judged")
+	}
+}
