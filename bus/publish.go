@@ -41,8 +41,15 @@ func streamFull(err error) bool {
 // once with ErrTooLarge. A transient failure (see Transient: no stream
 // leader while a cluster elects one, a reconnect, a timeout) is retried as
 // Retry does, for up to 20 s.
-func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) (err error) {
+func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) error {
+	return PublishMsg(ctx, js, &nats.Msg{Subject: subject, Data: data}, msgID)
+}
+
+// PublishMsg is Publish for a message with headers (a traceparent, say); msg's header gains
+// the message id.
+func PublishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, msgID string) (err error) {
 	defer func(start time.Time) { observePublish(start, err) }(time.Now())
+	subject, data := msg.Subject, msg.Data
 	if max := js.Conn().MaxPayload(); max > 0 && int64(len(data)) > max {
 		return fmt.Errorf("%w: %s: %d bytes > %d", ErrTooLarge, subject, len(data), max)
 	}
@@ -51,7 +58,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
 	err = Retry(ctx, func(ctx context.Context) error {
-		_, err := js.Publish(ctx, subject, data, opts...)
+		_, err := js.PublishMsg(ctx, msg, opts...)
 		return err
 	})
 	if errors.Is(err, nats.ErrMaxPayload) {

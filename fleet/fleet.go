@@ -24,6 +24,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
 	envactor "github.com/rollfleet/rollfleet/actors/env"
@@ -162,6 +163,9 @@ type Options struct {
 	Attach func(connect func(name string) (*nats.Conn, error)) (stop func(), err error)
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
+	// Tracer, when set, records the spans of the embedded env worker, LLM
+	// worker and collector (see package tracing); nil records none.
+	Tracer trace.Tracer
 }
 
 func (o *Options) setDefaults() {
@@ -499,7 +503,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		}
 		conns[name] = nc
 	}
-	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger, Metrics: opts.Metrics.LLM()})
+	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger, Metrics: opts.Metrics.LLM(), Tracer: opts.Tracer})
 	if err != nil {
 		return nil, err
 	}
@@ -511,7 +515,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger, Metrics: opts.Metrics.Env()}
+	envOpts := envactor.Options{Concurrency: opts.Concurrency, MaxDeliver: opts.MaxDeliver, Remote: opts.Remote, Run: run, Logger: opts.Logger, Metrics: opts.Metrics.Env(), Tracer: opts.Tracer}
 	// Made here, so that a server whose episodes standing env workers
 	// already take fails the run at start rather than its worker later.
 	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
@@ -550,7 +554,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	if err != nil {
 		return nil, err
 	}
-	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger, Metrics: opts.Metrics.Collector()})
+	coll := collector.New(colJS, collector.Options{Filter: opts.Filter, Logger: opts.Logger, Metrics: opts.Metrics.Collector(), Tracer: opts.Tracer})
 	if err := expose(stack, opts, conns, lw, ew, coll); err != nil {
 		return nil, err
 	}
@@ -791,6 +795,7 @@ func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: task, RolloutIndex: rollout,
 		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now, PromptOverflow: opts.PromptOverflow,
 		SubmitVersion: p.version.Load(), MaxStaleness: opts.MaxStaleness, StalePolicy: opts.StalePolicy,
+		TraceID: messages.TraceIDOf(p.runID, EpisodeID(p.runID, idx)),
 	}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
@@ -423,7 +424,7 @@ func (s *submitter) run(ctx context.Context, waitDecided func(context.Context, i
 		if err != nil {
 			return fmt.Errorf("fleet: encode episode %s: %w", r.EpisodeID, err)
 		}
-		f, err := s.js.PublishAsync(s.subj.Episodes(r.RunID, r.Env), data, jetstream.WithMsgID(r.EpisodeID))
+		f, err := s.js.PublishMsgAsync(episodeMsg(s.subj.Episodes(r.RunID, r.Env), data, r.TraceID), jetstream.WithMsgID(r.EpisodeID))
 		if err != nil {
 			return fmt.Errorf("fleet: submit episode %s: %w", r.EpisodeID, err)
 		}
@@ -436,6 +437,16 @@ func (s *submitter) run(ctx context.Context, waitDecided func(context.Context, i
 		}
 	}
 	return await()
+}
+
+// episodeMsg is an episode request's message, with its trace context as a
+// traceparent header.
+func episodeMsg(subject string, data []byte, traceID string) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Data: data}
+	if traceID != "" {
+		m.Header = nats.Header{messages.HeaderTraceparent: []string{messages.Traceparent(traceID, messages.NewSpanID())}}
+	}
+	return m
 }
 
 // watchPolicy keeps the plan's policy version current, for the episodes

@@ -363,6 +363,7 @@ func (l *lease) trajectories(o *outcome, now time.Time) []messages.Trajectory {
 			DoneTime:          now.UnixNano(),
 			GenerateNanos:     seg.genNanos,
 			Info:              info,
+			TraceID:           messages.TraceIDOf("gateway-session", s.id), // a session is one trace
 		}
 	}
 	return out

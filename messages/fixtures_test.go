@@ -112,6 +112,12 @@ func fixtureChatTrajectory() *messages.Trajectory {
 		PromptTruncated: 0,
 		RolloutIndex:    9,
 		Responses:       []string{"I guess \\boxed{13}"},
+		TraceID:         "4bf92f3577b34da6a3ce929d0e0e4736",
+		Timings: []messages.TurnTimings{
+			{Queue: 1_500_000, Tokenize: 210_000, Generate: 800_000_000, Model: 790_000_000, Step: 12_000, Wall: 801_900_000, Endpoint: "http://vllm-0:8000"},
+			{Queue: 40_000, Tokenize: 95_000, Generate: 600_000_000, Model: 598_000_000, Step: 9_000, Publish: 700_000, Wall: 601_000_000, Endpoint: "http://vllm-1:8000"},
+			{Generate: 1_000_000_000, Model: 999_000_000, Step: 8_000, Publish: 650_000, Wall: 1_000_800_000, Endpoint: "http://vllm-1:8000"},
+		},
 	}
 }
 
@@ -170,6 +176,7 @@ func fixtureFailure() *messages.Failure {
 		V: messages.Version, RunID: "run-7", EpisodeID: "ep-0002", GroupID: "grp-03", Env: "game:GuessTheNumber-v0",
 		Kind: messages.FailureMalformed, Reason: "messages: decode StepEvent: malformed msgpack",
 		Subject: "rf.steps.run-7.ep-0002", Turn: 2, Time: 1_700_000_003_000_000_000, Payload: []byte{0xc1, 0xff, 0x00},
+		TraceID: "0af7651916cd43dd8448eb211c80319c",
 	}
 }
 
@@ -189,6 +196,7 @@ func fixtureEpisodeRequest() *messages.EpisodeRequest {
 		ObsStyle:  messages.ObsQwen3Game,
 		Messages:  []messages.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Play."}},
 		TaskIndex: 3, RolloutIndex: 5, PromptOverflow: messages.PromptOverflowTruncateLeft,
+		TraceID: "0af7651916cd43dd8448eb211c80319c",
 	}
 }
 
@@ -213,6 +221,8 @@ func fixtureFirstStep() *messages.StepEvent {
 		ExtraLogs: map[string]float64{"turn_count": 1}, Info: map[string]string{"hint": "higher"},
 		PromptTruncated: 4, Resumed: 1, EnvState: []byte(`{"target":13}`), Endpoint: "http://vllm-0:8000",
 		PolicyVersion: 6, Restarts: 1, Stale: false, GenerateNanos: 1200, StepNanos: 300,
+		TraceID: "0af7651916cd43dd8448eb211c80319c",
+		Timings: messages.TurnTimings{Queue: 5_000_000, Tokenize: 150, Generate: 1000, Model: 900, Step: 250, Wall: 5_001_600},
 	}
 }
 
@@ -309,7 +319,7 @@ var wireNames = map[string]string{
 	"EpisodeRequest.SubmitTime": "submit_time_ns", "EpisodeRequest.SubmitVersion": "submit_policy_version",
 	"EpisodeRequest.MaxStaleness": "max_staleness", "EpisodeRequest.StalePolicy": "stale_policy",
 	"EpisodeRequest.ObsStyle": "obs_style", "EpisodeRequest.Messages": "messages", "EpisodeRequest.TaskIndex": "task_index",
-	"EpisodeRequest.RolloutIndex": "rollout_index", "EpisodeRequest.PromptOverflow": "prompt_overflow",
+	"EpisodeRequest.RolloutIndex": "rollout_index", "EpisodeRequest.PromptOverflow": "prompt_overflow", "EpisodeRequest.TraceID": "trace_id",
 
 	"StepEvent.RunID": "run_id", "StepEvent.EpisodeID": "episode_id", "StepEvent.Turn": "turn",
 	"StepEvent.Attempt": "attempt", "StepEvent.Request": "request", "StepEvent.Run": "run", "StepEvent.Episode": "episode",
@@ -322,6 +332,7 @@ var wireNames = map[string]string{
 	"StepEvent.EnvState": "env_state", "StepEvent.Endpoint": "endpoint", "StepEvent.PolicyVersion": "policy_version",
 	"StepEvent.Restarts": "restarts", "StepEvent.Stale": "stale", "StepEvent.GenerateNanos": "generate_ns",
 	"StepEvent.StepNanos": "step_ns", "StepEvent.Error": "error", "StepEvent.FailureKind": "failure_kind",
+	"StepEvent.TraceID": "trace_id", "StepEvent.Timings": "timings",
 }
 
 var (

@@ -144,6 +144,12 @@ func (t Trajectory) MarshalJSON() ([]byte, error) {
 	w.field("submit_time_ns", t.SubmitTime)
 	w.field("done_time_ns", t.DoneTime)
 	w.field("generate_ns", t.GenerateNanos)
+	if t.TraceID != "" {
+		w.field("trace_id", t.TraceID)
+	}
+	if len(t.Timings) > 0 {
+		w.raw("timings", func(b []byte) ([]byte, error) { return appendArray(b, "Timings", t.Timings, appendTimings) })
+	}
 	if t.ObsStyle != "" {
 		w.field("obs_style", t.ObsStyle)
 	}
@@ -195,6 +201,34 @@ func appendSample(b []byte, s Sample) ([]byte, error) {
 		return nil, w.err
 	}
 	return append(w.b, '}'), nil
+}
+
+// appendTimings writes one turn's timings as an object of named fields, the endpoint last and
+// only when known.
+func appendTimings(b []byte, t TurnTimings) ([]byte, error) {
+	for i, f := range [...]struct {
+		name string
+		ns   int64
+	}{
+		{"queue_ns", t.Queue}, {"tokenize_ns", t.Tokenize}, {"generate_ns", t.Generate}, {"model_ns", t.Model},
+		{"step_ns", t.Step}, {"publish_ns", t.Publish}, {"wall_ns", t.Wall},
+	} {
+		if i == 0 {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), f.name...), '"', ':')
+		b = strconv.AppendInt(b, f.ns, 10)
+	}
+	if t.Endpoint != "" {
+		q, err := json.Marshal(t.Endpoint)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, `,"endpoint":`...), q...)
+	}
+	return append(b, '}'), nil
 }
 
 // jsonWriter appends the fields of one JSON object, keeping the first error.

@@ -127,6 +127,10 @@ type EpisodeRequest struct {
 	// PromptOverflow is what happens to a prompt that leaves no room for generation:
 	// PromptOverflowFail (empty means it) or PromptOverflowTruncateLeft.
 	PromptOverflow string `msgpack:"po,omitempty"`
+	// TraceID is the episode's W3C trace id (32 lowercase hex digits), set at submission and
+	// carried by its steps, its traceparent headers and its outcome. Empty lets the env worker
+	// take the one of the request's traceparent header, or derive one.
+	TraceID string `msgpack:"tid,omitempty"`
 }
 
 // Settings of EpisodeRequest.PromptOverflow. A prompt overflows when it leaves no room for one
@@ -192,9 +196,13 @@ type GenerateReply struct {
 	Endpoint  string `msgpack:"ep"`
 	// PolicyVersion is the fleet's policy version (PolicyState.Version) the tokens were
 	// generated under.
-	PolicyVersion int64  `msgpack:"pv,omitempty"`
-	Error         string `msgpack:"err,omitempty"`
-	Code          string `msgpack:"c,omitempty"`
+	PolicyVersion int64 `msgpack:"pv,omitempty"`
+	// QueueNanos is how long the request waited in the LLM worker before its model call (the
+	// worker's queue, a pause, a free slot on a model server); ModelNanos is the model call.
+	QueueNanos int64  `msgpack:"qn,omitempty"`
+	ModelNanos int64  `msgpack:"mn,omitempty"`
+	Error      string `msgpack:"err,omitempty"`
+	Code       string `msgpack:"c,omitempty"`
 }
 
 // ChatMessage is one turn of a chat to be rendered by the model's chat template.
@@ -283,6 +291,10 @@ type StepEvent struct {
 	// FailureKind is the kind of the Failure an Error step asks for: FailureEpisode (empty
 	// means it), FailurePromptTooLong or FailureStale.
 	FailureKind string `msgpack:"fk,omitempty"`
+	// TraceID is the episode's trace id (EpisodeRequest.TraceID), on every step.
+	TraceID string `msgpack:"tid,omitempty"`
+	// Timings says where the turn's time went.
+	Timings TurnTimings `msgpack:"tm,omitempty"`
 }
 
 // IsEndMarker reports whether e only marks the end of its episode: no action tokens, Done and no
@@ -354,6 +366,11 @@ type Trajectory struct {
 	// (PromptOverflowTruncateLeft): the first prompt's, or in a single-turn style the sum of the
 	// samples' counts. Zero means no prompt was cut.
 	PromptTruncated int32 `msgpack:"ptc,omitempty" json:"prompt_truncated_tokens,omitempty"`
+	// TraceID is the episode's trace id (EpisodeRequest.TraceID).
+	TraceID string `msgpack:"tid,omitempty" json:"trace_id,omitempty"`
+	// Timings holds one entry per turn (per sample in a single-turn style): where its time
+	// went, and the model server that generated it. Empty when the steps carried none.
+	Timings []TurnTimings `msgpack:"tm,omitempty" json:"timings,omitempty"`
 }
 
 // Sample is one turn of a trajectory played in a single-turn observation style: that turn's
@@ -396,6 +413,8 @@ type Failure struct {
 	Turn      int32  `msgpack:"tn,omitempty" json:"turn,omitempty"`
 	Time      int64  `msgpack:"ts" json:"time_ns"`
 	Payload   []byte `msgpack:"pl,omitempty" json:"payload,omitempty"` // first bytes of a malformed message (≤ MaxFailurePayload)
+	// TraceID is the episode's trace id, when known.
+	TraceID string `msgpack:"tid,omitempty" json:"trace_id,omitempty"`
 }
 
 // FailurePayload returns a copy of at most the first MaxFailurePayload bytes of data, for

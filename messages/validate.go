@@ -182,7 +182,8 @@ func (p *SamplingParams) validate() *ValidationError {
 
 // Validate checks an episode request: V == Version; episode_id, group_id and env non-empty ids;
 // group_size ≥ 1 and 0 ≤ sample_index < group_size; env_options empty or a JSON object;
-// sampling valid; max_length > 0; max_turns ≥ 0; obs_style and prompt_overflow empty or known.
+// sampling valid; max_length > 0; max_turns ≥ 0; obs_style and prompt_overflow empty or known;
+// trace_id empty or a W3C trace id (32 lowercase hex digits, not all zeros).
 func (r *EpisodeRequest) Validate() error { return asError(r.validate().in("EpisodeRequest")) }
 
 func (r *EpisodeRequest) validate() *ValidationError {
@@ -203,7 +204,33 @@ func (r *EpisodeRequest) validate() *ValidationError {
 		checkNonNegative("rollout_index", r.RolloutIndex),
 		checkOneOf("prompt_overflow", r.PromptOverflow, PromptOverflows),
 		checkOneOf("stale_policy", r.StalePolicy, StalePolicies),
+		checkTraceID(r.TraceID),
 	)
+}
+
+// checkTraceID checks an optional trace id: empty, or 32 lowercase hex digits, not all zeros.
+func checkTraceID(id string) *ValidationError {
+	if id != "" && !ValidTraceID(id) {
+		return invalid("trace_id", "%q is not 32 lowercase hex digits (W3C trace id)", id)
+	}
+	return nil
+}
+
+// checkTimings checks a turn's timings: no negative duration. The error names the duration
+// alone; the caller says where the timings are.
+func checkTimings(t *TurnTimings) *ValidationError {
+	for _, d := range [...]struct {
+		name string
+		ns   int64
+	}{
+		{"queue_ns", t.Queue}, {"tokenize_ns", t.Tokenize}, {"generate_ns", t.Generate}, {"model_ns", t.Model},
+		{"step_ns", t.Step}, {"publish_ns", t.Publish}, {"wall_ns", t.Wall},
+	} {
+		if d.ns < 0 {
+			return invalid(d.name, "must be >= 0, got %d", d.ns)
+		}
+	}
+	return nil
 }
 
 // checkOneOf checks that an optional setting is empty or one of the values allowed.
@@ -325,7 +352,8 @@ func (r *TokenizeReply) validate() *ValidationError {
 }
 
 // Validate checks a step event: V == Version; episode_id a non-empty id; turn ≥ 0; failure_kind
-// empty, or an episode failure kind on an Error step. Unless the event reports an Error: turn 0 carries a valid Episode with the same episode id and non-empty
+// empty, or an episode failure kind on an Error step; trace_id empty or a W3C trace id; no
+// negative timing. Unless the event reports an Error: turn 0 carries a valid Episode with the same episode id and non-empty
 // prompt_tokens; one logprob per action token; logprobs, reward, score and extra_logs finite; no
 // action tokens only in an end marker (Done); prompt_truncated_tokens ≥ 0.
 func (e *StepEvent) Validate() error { return asError(e.validate().in("StepEvent")) }
@@ -336,6 +364,8 @@ func (e *StepEvent) validate() *ValidationError {
 		checkID("episode_id", e.EpisodeID),
 		checkNonNegative("turn", e.Turn),
 		checkFailureKind(e.FailureKind, e.Error),
+		checkTraceID(e.TraceID),
+		checkTimings(&e.Timings).in("timings"),
 	); err != nil || e.Error != "" {
 		return err
 	}
@@ -394,7 +424,8 @@ var stepFailureKinds = []string{FailureEpisode, FailurePromptTooLong, FailureSta
 // logprobs exactly 0 outside the ranges and finite inside; one range and one step reward per turn;
 // reward equal to the step rewards summed left to right; reward, scores and extra_logs finite;
 // prompt_truncated_tokens ≥ 0, in a single-turn style the sum of the samples' counts; restarts
-// ≥ 0; policy_versions empty or one per turn, with staleness as Staleness computes it.
+// ≥ 0; policy_versions empty or one per turn, with staleness as Staleness computes it; trace_id
+// empty or a W3C trace id; timings empty or one per turn, with no negative duration.
 func (t *Trajectory) Validate() error { return asError(t.validate().in("Trajectory")) }
 
 func (t *Trajectory) validate() *ValidationError {
@@ -436,6 +467,9 @@ func (t *Trajectory) validate() *ValidationError {
 	if len(t.StepRewards) != int(t.Turns) {
 		return invalid("step_rewards", "%d step rewards for %d turns", len(t.StepRewards), t.Turns)
 	}
+	if e := t.checkTimings(); e != nil {
+		return e
+	}
 	if e := first(
 		t.checkVersions(),
 		checkFinite("reward", t.Reward),
@@ -450,6 +484,22 @@ func (t *Trajectory) validate() *ValidationError {
 	}
 	if t.Reward != sum {
 		return invalid("reward", "%v is not the sum of step_rewards %v", t.Reward, sum)
+	}
+	return nil
+}
+
+// checkTimings checks the trace id and the timings: none, or one entry per turn.
+func (t *Trajectory) checkTimings() *ValidationError {
+	if e := checkTraceID(t.TraceID); e != nil {
+		return e
+	}
+	if len(t.Timings) > 0 && len(t.Timings) != int(t.Turns) {
+		return invalid("timings", "%d entries for %d turns", len(t.Timings), t.Turns)
+	}
+	for i := range t.Timings {
+		if e := checkTimings(&t.Timings[i]); e != nil {
+			return e.in(fmt.Sprintf("timings[%d]", i))
+		}
 	}
 	return nil
 }
@@ -601,7 +651,8 @@ func (g *Group) checkMember(t *Trajectory, seen []bool) *ValidationError {
 }
 
 // Validate checks a failure record: V == Version; kind and reason non-empty; ids and env at most
-// MaxIDLength bytes; turn ≥ 0; payload at most MaxFailurePayload bytes.
+// MaxIDLength bytes; turn ≥ 0; payload at most MaxFailurePayload bytes; trace_id empty or a W3C
+// trace id.
 func (f *Failure) Validate() error { return asError(f.validate().in("Failure")) }
 
 func (f *Failure) validate() *ValidationError {
@@ -617,6 +668,7 @@ func (f *Failure) validate() *ValidationError {
 		checkOptionalID("group_id", f.GroupID),
 		checkOptionalID("env", f.Env),
 		checkNonNegative("turn", f.Turn),
+		checkTraceID(f.TraceID),
 		payload,
 	)
 }

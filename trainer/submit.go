@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus"
@@ -403,9 +404,9 @@ func episodeMsgID(batch, episode string) string {
 // store them; one it refused is published again with bus.Publish's retries.
 func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, from, to int, man messages.BatchManifest) error {
 	type pending struct {
-		subject, id string
-		data        []byte
-		ack         jetstream.PubAckFuture
+		id  string
+		msg *nats.Msg
+		ack jetstream.PubAckFuture
 	}
 	var batch []pending
 	for i := from; i < to; i++ {
@@ -414,12 +415,18 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, from,
 			return fmt.Errorf("%w: episode %d: %w", ErrBadBatch, i, err)
 		}
 		q.V, q.RunID, q.SubmitTime, q.SubmitVersion = messages.Version, man.BatchID, man.SubmitTime, man.SubmitVersion
+		if q.TraceID == "" {
+			q.TraceID = messages.TraceIDOf(man.BatchID, q.EpisodeID)
+		}
 		data, err := messages.Marshal(q)
 		if err != nil {
 			return fmt.Errorf("trainer: episode %s: %w", q.EpisodeID, err)
 		}
-		p := pending{subject: c.subj.Episodes(q.RunID, q.Env), id: episodeMsgID(man.BatchID, q.EpisodeID), data: data}
-		p.ack, err = c.js.PublishAsync(p.subject, data, jetstream.WithMsgID(p.id))
+		p := pending{id: episodeMsgID(man.BatchID, q.EpisodeID), msg: &nats.Msg{
+			Subject: c.subj.Episodes(q.RunID, q.Env), Data: data,
+			Header: nats.Header{messages.HeaderTraceparent: []string{messages.Traceparent(q.TraceID, messages.NewSpanID())}},
+		}}
+		p.ack, err = c.js.PublishMsgAsync(p.msg, jetstream.WithMsgID(p.id))
 		if err != nil {
 			p.ack = nil
 		}
@@ -437,7 +444,7 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, from,
 			}
 			c.log.Debug("episode publish retried", "episode", p.id, "err", err)
 		}
-		if err := bus.Publish(ctx, c.js, p.subject, p.data, p.id); err != nil {
+		if err := bus.PublishMsg(ctx, c.js, p.msg, p.id); err != nil {
 			return fmt.Errorf("trainer: submit episode %s: %w", p.id, err)
 		}
 	}

@@ -17,9 +17,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/tracing"
 )
 
 // ScoreRange is the dynamic-filtering window: a group is kept only when the
@@ -67,6 +70,9 @@ type Options struct {
 	Metrics Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Tracer, when set, records a span per episode outcome stored, in the
+	// episode's trace; nil (the default) records none.
+	Tracer trace.Tracer
 }
 
 func (o *Options) setDefaults() {
@@ -572,6 +578,12 @@ func (c *Collector) record(ctx context.Context, id, run string, p *partial) erro
 // (ackAndPurge).
 func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 	out := p.outcome
+	if tr := c.opts.Tracer; tr != nil {
+		var span trace.Span
+		ctx, span = tr.Start(tracing.WithTraceID(ctx, p.trace()), "outcome", trace.WithAttributes(
+			attribute.String("rollfleet.episode", id), attribute.String("rollfleet.outcome", out.kind())))
+		defer span.End()
+	}
 	kind, err := kindTrajectory, error(nil)
 	if out.traj != nil {
 		err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.RunID, out.traj.Env), out.encoded, messages.TrajectoryMsgID(id))
@@ -597,7 +609,7 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 	})
 	c.observe(out.traj, out.failure)
 	if out.failure != nil {
-		c.log.Warn("episode failed", "episode", id, "kind", out.failure.Kind, "reason", out.failure.Reason)
+		c.log.Warn("episode failed", "episode", id, "trace_id", out.failure.TraceID, "kind", out.failure.Kind, "reason", out.failure.Reason)
 	}
 	c.addToGroup(ctx, p, out.traj)
 	return nil

@@ -33,7 +33,10 @@ type partial struct {
 	promptCut   int32 // prompt tokens cut to fit the budget
 	restarts    int32
 	stale       bool
-	texts       []string // the model's text of each turn
+	traceID     string
+	timings     []messages.TurnTimings // one per turn
+	timed       bool                   // some step carried timings
+	texts       []string               // the model's text of each turn
 
 	outcome *outcome
 }
@@ -92,6 +95,9 @@ func (p *partial) apply(ev *messages.StepEvent) {
 	if ev.Episode != nil && p.req == nil {
 		p.req = ev.Episode
 	}
+	if ev.TraceID != "" {
+		p.traceID = ev.TraceID
+	}
 	if ev.Error != "" {
 		kind := ev.FailureKind
 		if kind == "" {
@@ -125,6 +131,10 @@ func (p *partial) apply(ev *messages.StepEvent) {
 		p.genNanos += ev.GenerateNanos
 		p.versions = append(p.versions, ev.PolicyVersion)
 		p.restarts, p.stale = ev.Restarts, ev.Stale
+		tm := ev.Timings
+		tm.Endpoint = ev.Endpoint
+		p.timings = append(p.timings, tm)
+		p.timed = p.timed || !ev.Timings.IsZero()
 	}
 	p.finish = ev.FinishReason
 	if ev.Done {
@@ -176,7 +186,10 @@ func (p *partial) build(id string) *outcome {
 		Stale: p.stale, Restarts: p.restarts, SubmitTime: req.SubmitTime, DoneTime: time.Now().UnixNano(),
 		GenerateNanos: p.genNanos,
 		ObsStyle:      style, Samples: p.samples, Success: p.success, Info: p.info, TaskIndex: req.TaskIndex, Resumed: p.resumed,
-		PromptTruncated: p.promptCut, RolloutIndex: req.RolloutIndex, Responses: p.texts,
+		PromptTruncated: p.promptCut, RolloutIndex: req.RolloutIndex, Responses: p.texts, TraceID: p.trace(),
+	}
+	if p.timed {
+		t.Timings = p.timings
 	}
 	if t.ExtraLogs == nil {
 		t.ExtraLogs = map[string]float64{}
@@ -203,6 +216,14 @@ func newSample(ev *messages.StepEvent) messages.Sample {
 	}
 }
 
+// trace is the episode's trace id: its steps', or its request's.
+func (p *partial) trace() string {
+	if p.traceID == "" && p.req != nil {
+		return p.req.TraceID
+	}
+	return p.traceID
+}
+
 // runID is the episode's run: its request's, or what its steps said.
 func (p *partial) runID() string {
 	if p.req != nil && p.req.RunID != "" {
@@ -218,7 +239,7 @@ func (p *partial) failure(kind, reason string) *messages.Failure {
 func (p *partial) failureAt(kind, reason string, turn int32, id string) *messages.Failure {
 	f := &messages.Failure{
 		V: messages.Version, RunID: p.runID(), EpisodeID: id, Kind: kind, Reason: reason,
-		Turn: max(turn, 0), Time: time.Now().UnixNano(),
+		Turn: max(turn, 0), Time: time.Now().UnixNano(), TraceID: p.trace(),
 	}
 	if p.req != nil {
 		f.GroupID, f.Env = p.req.GroupID, p.req.Env

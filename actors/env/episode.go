@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math"
 	"runtime/debug"
 	"strconv"
@@ -14,11 +15,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/tracing"
 )
 
 // Finish reasons the env worker sets when it, not the model, ends an episode.
@@ -60,7 +65,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		}
 		ep := &episode{w: w, halt: halt}
 		err := ep.store(ctx, "record a malformed request", func(ctx context.Context) error {
-			return w.publish(ctx, w.opts.Subjects.Failures("", messages.FailureMalformed), f, "")
+			return w.publish(ctx, w.opts.Subjects.Failures("", messages.FailureMalformed), f, "", "")
 		})
 		if err != nil {
 			w.log.Error("record malformed request", "err", err)
@@ -71,17 +76,28 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		return
 	}
 	w.started.Add(1)
+	start := time.Now()
 	// Restamp the delivery at once: after a crash the server restores an
 	// unacknowledged delivery with the message's publish time, so an episode
 	// queued for longer than AckWait would be handed out again right away.
 	_ = msg.InProgress()
-	ep := &episode{w: w, req: req, msg: msg, halt: halt, attempt: 1}
+	ep := &episode{w: w, req: req, msg: msg, halt: halt, attempt: 1, started: start, turnStart: start}
 	meta, err := msg.Metadata()
 	if err == nil {
 		ep.attempt = int32(min(meta.NumDelivered, 1<<30))
 		ep.request = meta.Sequence.Stream
 	}
 	ep.nonce = nuid.Next()
+	ep.startTrace(msg.Headers())
+	ep.log.Debug("episode started", "env", req.Env, "attempt", ep.attempt)
+	var span trace.Span
+	if tr := w.opts.Tracer; tr != nil {
+		ctx, span = tr.Start(tracing.WithTraceID(ctx, req.TraceID), "episode", trace.WithTimestamp(start), trace.WithAttributes(
+			attribute.String("rollfleet.env", req.Env), attribute.String("rollfleet.episode", req.EpisodeID),
+			attribute.String("rollfleet.run", req.RunID), attribute.Int("rollfleet.attempt", int(ep.attempt))))
+		ep.traceparent = tracing.Traceparent(span, req.TraceID)
+		defer span.End()
+	}
 	ep.metrics = w.episodeMetrics(req)
 	ep.metrics.Started()
 	w.live.Store(ep, msg)
@@ -96,7 +112,7 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 		w.finished.Add(1)
 		ep.metrics.Finished(FinishDecided)
 		if err := msg.DoubleAck(ctx); err != nil {
-			w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
+			ep.log.Warn("ack episode", "err", err)
 		}
 		return
 	}
@@ -108,13 +124,20 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	}
 	if errors.Is(err, errEpisode) {
 		w.failed.Add(1)
+		ep.log.Debug("episode failed", "turn", ep.turn, "err", err)
+		if span != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
 		ep.metrics.Failed(failureKind(err))
 		err = ep.publishFailure(ctx, err)
 	}
 	if err != nil {
 		// This worker could not finish or record the episode: hand it back,
 		// later for each delivery, so an outage is waited out, not spun on.
-		w.log.Error("episode interrupted; returning it to the queue", "episode", req.EpisodeID, "attempt", ep.attempt, "err", err)
+		ep.log.Error("episode interrupted; returning it to the queue", "attempt", ep.attempt, "err", err)
+		if span != nil {
+			span.SetStatus(codes.Error, "handed back: "+err.Error())
+		}
 		w.handBacks.note(req.EpisodeID, ep.attempt, err)
 		w.live.Delete(ep) // no heartbeat may reset the delay
 		_ = msg.NakWithDelay(min(time.Duration(ep.attempt)*w.opts.RetryDelay, 30*time.Second))
@@ -122,10 +145,65 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	}
 	w.handBacks.forget(req.EpisodeID)
 	w.finished.Add(1)
+	ep.log.Debug("episode finished", "turns", ep.turn)
 	ep.metrics.Finished(ep.lastReason)
 	if err := msg.DoubleAck(ctx); err != nil {
-		w.log.Warn("ack episode", "episode", req.EpisodeID, "err", err)
+		ep.log.Warn("ack episode", "err", err)
 	}
+}
+
+// startTrace settles the episode's trace id — the request's, else the one
+// of its traceparent header, else one derived from the run, episode and
+// request, so that every delivery of the request shares it — and makes the
+// episode's logger, which names the episode and its trace.
+func (e *episode) startTrace(h nats.Header) {
+	tid := e.req.TraceID
+	if tid == "" {
+		tid, _, _ = messages.ParseTraceparent(h.Get(messages.HeaderTraceparent))
+	}
+	if tid == "" {
+		tid = messages.TraceIDOf(e.req.RunID, e.req.EpisodeID, strconv.FormatUint(e.request, 10))
+	}
+	e.req.TraceID = tid
+	e.traceparent = messages.Traceparent(tid, messages.NewSpanID())
+	e.log = e.w.log.With("episode", e.req.EpisodeID, "trace_id", tid)
+}
+
+// startTurn starts the span of the turn about to be played, when tracing,
+// and sets the traceparent of the turn's requests and step: the turn's span,
+// or a fresh span id in the episode's trace.
+func (e *episode) startTurn(ctx context.Context) (context.Context, trace.Span) {
+	tr := e.w.opts.Tracer
+	if tr == nil {
+		e.traceparent = messages.Traceparent(e.req.TraceID, messages.NewSpanID())
+		return ctx, nil
+	}
+	ctx, span := tr.Start(ctx, "turn", trace.WithTimestamp(e.turnStart), trace.WithAttributes(
+		attribute.String("rollfleet.env", e.req.Env), attribute.String("rollfleet.episode", e.req.EpisodeID),
+		attribute.Int("rollfleet.turn", int(e.turn))))
+	e.traceparent = tracing.Traceparent(span, e.req.TraceID)
+	return ctx, span
+}
+
+// endTurn ends a turn's span with what the turn did.
+func endTurn(span trace.Span, ev *messages.StepEvent, err error) {
+	if span == nil {
+		return
+	}
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case ev != nil:
+		tm := &ev.Timings
+		span.SetAttributes(
+			attribute.Int("rollfleet.tokens", len(ev.ActionTokens)), attribute.Float64("rollfleet.reward", ev.Reward),
+			attribute.Bool("rollfleet.done", ev.Done), attribute.String("rollfleet.endpoint", ev.Endpoint),
+			attribute.Int64("rollfleet.queue_ns", tm.Queue), attribute.Int64("rollfleet.tokenize_ns", tm.Tokenize),
+			attribute.Int64("rollfleet.generate_ns", tm.Generate), attribute.Int64("rollfleet.model_ns", tm.Model),
+			attribute.Int64("rollfleet.step_ns", tm.Step), attribute.Int64("rollfleet.publish_ns", tm.Publish),
+		)
+	}
+	span.End()
 }
 
 // allowed is how many deliveries an episode gets once its runs have stored
@@ -162,7 +240,7 @@ func (e *episode) giveUpOrRun(ctx context.Context) error {
 func (e *episode) runSafely(ctx context.Context) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			e.w.log.Error("episode panicked", "episode", e.req.EpisodeID, "panic", r, "stack", string(debug.Stack()))
+			e.log.Error("episode panicked", "panic", r, "stack", string(debug.Stack()))
 			err = e.fail("internal error: %v", r)
 		}
 	}()
@@ -193,6 +271,18 @@ type episode struct {
 	// reason of its last turn.
 	metrics    EpisodeMetrics
 	lastReason string
+
+	// log names the episode and its trace on every line; traceparent is the
+	// header of the current turn's requests and step.
+	log         *slog.Logger
+	traceparent string
+	// started is when this delivery began. tm gathers the current turn's
+	// timings, which began at turnStart: the delivery's start for its first
+	// turn, else when the previous turn's step was ready to be stored.
+	// submitWaited is set once turn 0 counted the wait since submission.
+	started, turnStart time.Time
+	tm                 messages.TurnTimings
+	submitWaited       bool
 
 	game   game
 	spec   envs.Spec
@@ -297,13 +387,19 @@ func (e *episode) play(ctx context.Context) error {
 func (e *episode) loop(ctx context.Context) error {
 	for {
 		prompt := len(e.tokens)
-		ev, err := e.turnOnce(ctx)
+		tctx, span := e.startTurn(ctx)
+		ev, err := e.turnOnce(tctx)
+		endTurn(span, ev, err)
 		if err != nil {
 			return err
 		}
+		ready := time.Now()
 		if err := e.publishStep(ctx, ev); err != nil {
 			return err
 		}
+		// The next turn begins when this step was ready: storing it is the
+		// first thing it waits for.
+		e.tm, e.turnStart = messages.TurnTimings{Publish: time.Since(ready).Nanoseconds()}, ready
 		e.w.turns.Add(1)
 		e.observeTurn(ev, prompt)
 		if ev.Done {
@@ -427,9 +523,11 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		s := *sp.Seed + int64(e.turn)
 		sp.Seed = &s
 	}
+	held := time.Now()
 	if err := e.beforeTurn(ctx); err != nil {
 		return nil, err
 	}
+	e.tm.Queue += time.Since(held).Nanoseconds()
 	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Resumed: e.resumed}
 	if e.turn == 0 {
 		ev.Episode = req
@@ -442,12 +540,17 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		Prompt: e.tokens, Sampling: sp, MaxTokens: budget,
 	}
 	t0 := time.Now()
-	rep, err := request[messages.GenerateReply](ctx, e.w, e.w.opts.Subjects.Generate(), greq,
+	rep, err := request[messages.GenerateReply](ctx, e.w, e.w.opts.Subjects.Generate(), greq, e.traceparent,
 		func(r *messages.GenerateReply) string { return r.Code })
 	if err != nil {
 		return nil, err
 	}
 	ev.GenerateNanos = time.Since(t0).Nanoseconds()
+	// The LLM worker's queue is waiting, not generating.
+	q := min(max(rep.QueueNanos, 0), ev.GenerateNanos)
+	e.tm.Queue += q
+	e.tm.Generate += ev.GenerateNanos - q
+	e.tm.Model += max(rep.ModelNanos, 0)
 	if rep.Error == "" {
 		if err := e.checkStale(rep.PolicyVersion); err != nil {
 			return nil, err
@@ -471,6 +574,7 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	if res, err = e.judge(ctx, res); err != nil {
 		return nil, err
 	}
+	e.tm.Step += time.Since(t1).Nanoseconds()
 	done := res.Done()
 	var ftoks []int32
 	feedback := res.Observation
@@ -526,12 +630,32 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 		ev.Done, ev.Truncated, ev.FinishReason = true, true, FinishBudget
 	}
 	ev.StepNanos = time.Since(t1).Nanoseconds()
+	ev.Timings = e.turnTimings(ev.Turn)
 	return ev, nil
 }
 
+// turnTimings closes the current turn's timings: its wall time so far and,
+// on the first turn 0 of the delivery, the wait since the submission (by
+// the submitter's clock, so clamped at 0), which counts as queue and wall.
+func (e *episode) turnTimings(turn int32) messages.TurnTimings {
+	t := e.tm
+	t.Wall = time.Since(e.turnStart).Nanoseconds()
+	if turn == 0 && !e.submitWaited {
+		e.submitWaited = true
+		if sub := e.req.SubmitTime; sub > 0 {
+			wait := max(e.started.UnixNano()-sub, 0)
+			t.Queue += wait
+			t.Wall += wait
+		}
+	}
+	return t
+}
+
 func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest) ([]int32, error) {
-	rep, err := request[messages.TokenizeReply](ctx, e.w, e.w.opts.Subjects.Tokenize(), treq,
+	t0 := time.Now()
+	rep, err := request[messages.TokenizeReply](ctx, e.w, e.w.opts.Subjects.Tokenize(), treq, e.traceparent,
 		func(r *messages.TokenizeReply) string { return r.Code })
+	e.tm.Tokenize += time.Since(t0).Nanoseconds()
 	if err != nil {
 		return nil, err
 	}
@@ -563,7 +687,7 @@ func stepInfo(info envs.Info) map[string]string {
 func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	ev := &messages.StepEvent{
 		V: messages.Version, EpisodeID: e.req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Episode: e.req,
-		Done: true, Error: cause.Error(), Resumed: e.resumed,
+		Done: true, Error: cause.Error(), Resumed: e.resumed, TraceID: e.req.TraceID,
 	}
 	switch {
 	case errors.Is(cause, errPromptTooLong):
@@ -577,7 +701,7 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	ev.Request, ev.Run, ev.RunID = e.request, e.nonce, e.req.RunID
 	id := messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn) + "/error"
 	return e.store(ctx, "record the episode's failure", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.EpisodeID), ev, id)
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.EpisodeID), ev, id, e.traceparent)
 	})
 }
 
@@ -585,9 +709,9 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 // take it; a step too large to publish fails the episode rather than being
 // retried forever.
 func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error {
-	ev.Request, ev.Run, ev.RunID = e.request, e.nonce, e.req.RunID
+	ev.Request, ev.Run, ev.RunID, ev.TraceID = e.request, e.nonce, e.req.RunID, e.req.TraceID
 	err := e.store(ctx, "store a step", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn))
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn), e.traceparent)
 	})
 	if errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 		return fmt.Errorf("%w: step %d: %v", errEpisode, ev.Turn, err)
@@ -601,7 +725,7 @@ func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error
 func request[T any, P interface {
 	*T
 	Validate() error
-}](ctx context.Context, w *Worker, subject string, msg any, code func(*T) string) (*T, error) {
+}](ctx context.Context, w *Worker, subject string, msg any, traceparent string, code func(*T) string) (*T, error) {
 	var last error
 	for attempt := 0; attempt < w.opts.RequestAttempts; attempt++ {
 		if attempt > 0 {
@@ -627,8 +751,12 @@ func request[T any, P interface {
 		if err != nil {
 			return nil, fmt.Errorf("%w: encode %s request: %v", errEpisode, subject, err)
 		}
+		rm := &nats.Msg{Subject: subject, Data: data}
+		if traceparent != "" {
+			rm.Header = nats.Header{messages.HeaderTraceparent: []string{traceparent}}
+		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		m, err := w.nc.RequestWithContext(rctx, subject, data)
+		m, err := w.nc.RequestMsgWithContext(rctx, rm)
 		cancel()
 		if err != nil {
 			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
@@ -671,11 +799,16 @@ func request[T any, P interface {
 }
 
 // publish sends one message to a JetStream stream and waits for the store to
-// acknowledge it, retrying briefly while a stream leader is unavailable.
-func (w *Worker) publish(ctx context.Context, subject string, v any, msgID string) error {
+// acknowledge it, retrying briefly while a stream leader is unavailable. A
+// traceparent, when given, travels as the message's header.
+func (w *Worker) publish(ctx context.Context, subject string, v any, msgID, traceparent string) error {
 	data, err := messages.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", subject, err)
 	}
-	return bus.Publish(ctx, w.js, subject, data, msgID)
+	m := &nats.Msg{Subject: subject, Data: data}
+	if traceparent != "" {
+		m.Header = nats.Header{messages.HeaderTraceparent: []string{traceparent}}
+	}
+	return bus.PublishMsg(ctx, w.js, m, msgID)
 }

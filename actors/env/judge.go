@@ -124,7 +124,7 @@ func (e *episode) judge(ctx context.Context, res envs.StepResult) (envs.StepResu
 			V: messages.Version, EpisodeID: e.req.EpisodeID + "/judge", AddGenerationPrompt: true,
 			Messages: []messages.ChatMessage{{Role: "system", Content: system}, {Role: "user", Content: user}},
 		}
-		trep, err := request[messages.TokenizeReply](ctx, e.w, subj.Tokenize(), treq, func(r *messages.TokenizeReply) string { return r.Code })
+		trep, err := request[messages.TokenizeReply](ctx, e.w, subj.Tokenize(), treq, e.traceparent, func(r *messages.TokenizeReply) string { return r.Code })
 		if err != nil {
 			return "", err
 		}
@@ -136,7 +136,7 @@ func (e *episode) judge(ctx context.Context, res envs.StepResult) (envs.StepResu
 			V: messages.Version, EpisodeID: e.req.EpisodeID + "/judge", Turn: e.turn, Prompt: trep.Tokens, MaxTokens: maxTokens,
 			Sampling: messages.SamplingParams{Temperature: jo.Temperature, TopP: 1, MaxTokens: maxTokens, Seed: &seed},
 		}
-		grep, err := request[messages.GenerateReply](ctx, e.w, subj.Generate(), greq, func(r *messages.GenerateReply) string { return r.Code })
+		grep, err := request[messages.GenerateReply](ctx, e.w, subj.Generate(), greq, e.traceparent, func(r *messages.GenerateReply) string { return r.Code })
 		if err != nil {
 			return "", err
 		}

@@ -147,7 +147,7 @@ func (e *episode) resume(ctx context.Context, prior *priorRun, obs0 string) (boo
 		return false, nil
 	}
 	if err := restore(lg.env, last.EnvState); err != nil {
-		e.w.log.Warn("cannot resume; starting over", "episode", e.req.EpisodeID, "err", err)
+		e.log.Warn("cannot resume; starting over", "err", err)
 		return false, nil
 	}
 	e.resumed = last.Resumed + 1
@@ -182,7 +182,7 @@ func (e *episode) resume(ctx context.Context, prior *priorRun, obs0 string) (boo
 	e.restarts, e.stale = last.Restarts, last.Stale
 	e.w.resumes.Add(1)
 	e.metrics.Resumed()
-	e.w.log.Info("episode resumed", "episode", e.req.EpisodeID, "attempt", e.attempt, "turn", e.turn)
+	e.log.Info("episode resumed", "attempt", e.attempt, "turn", e.turn)
 	return true, nil
 }
 

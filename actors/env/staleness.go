@@ -47,7 +47,7 @@ func (e *episode) checkStale(v int64) error {
 		e.stale = true
 		return nil
 	case policy == messages.StaleRestart && e.restarts < int32(max(e.w.opts.MaxRestarts, 0)):
-		e.w.log.Debug("episode restarted", "episode", e.req.EpisodeID, "turn", e.turn, "reason", why)
+		e.log.Debug("episode restarted", "turn", e.turn, "reason", why)
 		return errRestart
 	case policy == messages.StaleRestart:
 		why += fmt.Sprintf(", after %d restarts", e.restarts)

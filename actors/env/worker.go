@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/control"
@@ -98,8 +99,11 @@ type Options struct {
 	ID string
 	// Metrics, when set, receives the worker's measurements.
 	Metrics Metrics
-	// Logger defaults to slog.Default().
+	// Logger defaults to slog.Default(). An episode's lines carry its id and trace id.
 	Logger *slog.Logger
+	// Tracer, when set, records a span per turn (and one per episode delivery) in the
+	// episode's trace; nil (the default) records none.
+	Tracer trace.Tracer
 }
 
 func (o *Options) setDefaults() {

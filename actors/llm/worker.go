@@ -17,9 +17,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/tracing"
 	"github.com/rollfleet/rollfleet/vllm"
 )
 
@@ -60,6 +64,10 @@ type Options struct {
 	Metrics Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Tracer, when set, records a span per generate request, the child of
+	// the requester's turn span named by the request's traceparent header;
+	// nil (the default) records none.
+	Tracer trace.Tracer
 }
 
 func (o *Options) setDefaults() {
@@ -169,7 +177,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// reply could be sent anyway.
 	inbox, quit := make(chan job), make(chan struct{})
 	enqueue := func(m *nats.Msg) {
-		j := job{m: m}
+		j := job{m: m, at: time.Now()}
 		if m.Subject == w.opts.Subjects.Tokenize() {
 			// Decoded once, here: a cache hit is answered at once, and a miss
 			// takes the decoded request to the pool.
@@ -254,10 +262,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// job is one request for the pool; a tokenize request arrives decoded (or
-// with the error that decoding it gave).
+// job is one request for the pool, received at at; a tokenize request
+// arrives decoded (or with the error that decoding it gave).
 type job struct {
 	m   *nats.Msg
+	at  time.Time
 	tok *messages.TokenizeRequest
 	err error
 }
@@ -268,7 +277,7 @@ func (w *Worker) handle(ctx context.Context, j job) {
 	switch m.Subject {
 	case w.opts.Subjects.Generate():
 		w.generate.Add(1)
-		reply = w.marshal(w.serveGenerate(ctx, m.Data))
+		reply = w.marshal(w.serveGenerate(ctx, j))
 	case w.opts.Subjects.Tokenize():
 		w.tokenize.Add(1)
 		reply = w.marshal(w.serveTokenize(ctx, j.tok, j.err))
@@ -340,9 +349,38 @@ func modelInfoFailed(msg, code string) *messages.ModelInfoReply {
 	return &messages.ModelInfoReply{V: messages.Version, Error: msg, Code: code}
 }
 
-func (w *Worker) serveGenerate(ctx context.Context, data []byte) *messages.GenerateReply {
-	req, err := messages.Decode[messages.GenerateRequest](data)
-	return serve(ctx, w, req, err, func(r *messages.GenerateRequest) int64 { return r.Deadline }, generateFailed, w.generateReply)
+// serveGenerate answers a generate request received at j.at, in a span of
+// its own when tracing.
+func (w *Worker) serveGenerate(ctx context.Context, j job) *messages.GenerateReply {
+	req, err := messages.Decode[messages.GenerateRequest](j.m.Data)
+	var span trace.Span
+	if tr := w.opts.Tracer; tr != nil {
+		ctx, span = tr.Start(tracing.RemoteParent(ctx, j.m.Header.Get(messages.HeaderTraceparent)), "generate",
+			trace.WithTimestamp(j.at), trace.WithSpanKind(trace.SpanKindServer))
+	}
+	rep := serve(ctx, w, req, err, func(r *messages.GenerateRequest) int64 { return r.Deadline }, generateFailed,
+		func(ctx context.Context, req *messages.GenerateRequest) *messages.GenerateReply {
+			return w.generateReply(ctx, req, j.at)
+		})
+	if span != nil {
+		endGenerateSpan(span, req, rep)
+	}
+	return rep
+}
+
+// endGenerateSpan ends a generate request's span with what it did.
+func endGenerateSpan(span trace.Span, req *messages.GenerateRequest, rep *messages.GenerateReply) {
+	if req != nil {
+		span.SetAttributes(attribute.String("rollfleet.episode", req.EpisodeID), attribute.Int("rollfleet.turn", int(req.Turn)),
+			attribute.Int("rollfleet.prompt_tokens", len(req.Prompt)))
+	}
+	span.SetAttributes(attribute.String("rollfleet.endpoint", rep.Endpoint), attribute.Int("rollfleet.tokens", len(rep.Tokens)),
+		attribute.String("rollfleet.finish_reason", rep.FinishReason), attribute.Int64("rollfleet.queue_ns", rep.QueueNanos),
+		attribute.Int64("rollfleet.model_ns", rep.ModelNanos), attribute.Int64("rollfleet.policy_version", rep.PolicyVersion))
+	if rep.Error != "" {
+		span.SetStatus(codes.Error, rep.Code+": "+rep.Error)
+	}
+	span.End()
 }
 
 // status is the worker's answer to a trainer's status request.
@@ -358,14 +396,17 @@ func (w *Worker) status() messages.WorkerStatus {
 // version, which tags the reply. A paused fleet holds the request (until
 // its deadline at most); a generation an aborting pause cancels is
 // generated again, whole, after the resume.
-func (w *Worker) generateReply(ctx context.Context, req *messages.GenerateRequest) *messages.GenerateReply {
+//
+// The reply reports how long the request waited since it was received (at)
+// before the model call that produced it, and that call's duration.
+func (w *Worker) generateReply(ctx context.Context, req *messages.GenerateRequest, at time.Time) *messages.GenerateReply {
 	for {
 		gen, gctx, version, err := w.gens.begin(ctx)
 		if err != nil {
 			w.expired.Add(1)
 			return generateFailed("held by the fleet's pause until the request's deadline or the worker's stop", messages.CodeUnavailable)
 		}
-		rep := w.generateOnce(gctx, req)
+		rep := w.generateOnce(gctx, req, at)
 		w.gens.end(gen)
 		if gen.aborted.Load() {
 			w.aborted.Add(1)
@@ -376,8 +417,9 @@ func (w *Worker) generateReply(ctx context.Context, req *messages.GenerateReques
 	}
 }
 
-// generateOnce asks a model server for the completion req asks for.
-func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest) *messages.GenerateReply {
+// generateOnce asks a model server for the completion req asks for, timing
+// the wait since at and the model call.
+func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest, at time.Time) *messages.GenerateReply {
 	sp := &req.Sampling
 	creq := vllm.CompletionRequest{
 		Prompt:                 req.Prompt,
@@ -399,13 +441,18 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 	}
 	var out vllm.Completion
 	var eot bool
+	var callStart time.Time
+	var model time.Duration
 	ep, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
 		call := creq
 		var err error
 		if call.MaxTokens, err = e.capMaxTokens(ctx, len(call.Prompt), call.MaxTokens); err != nil {
 			return err
 		}
-		if out, err = e.client.Complete(ctx, call); err != nil {
+		callStart = time.Now()
+		out, err = e.client.Complete(ctx, call)
+		model = time.Since(callStart)
+		if err != nil {
 			return err
 		}
 		eot, err = e.endsTurn(ctx, out.TokenIDs)
@@ -424,6 +471,8 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 		FinishReason: out.FinishReason,
 		EndOfTurn:    eot,
 		Endpoint:     ep,
+		QueueNanos:   max(callStart.Sub(at).Nanoseconds(), 0),
+		ModelNanos:   model.Nanoseconds(),
 	}
 }
 

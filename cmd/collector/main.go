@@ -35,7 +35,7 @@ func main() {
 		coll := collector.New(p.JS, collector.Options{
 			Subjects: p.Subjects, Durable: c.Durable, Filter: filter, Logger: p.Log,
 			MaxAttempts: c.MaxAttempts, CacheEpisodes: c.CacheEpisodes, CacheBytes: c.CacheBytes, IdleTimeout: c.IdleTimeout,
-			MaxGroups: c.MaxGroups, GroupBytes: c.GroupBytes, Metrics: p.Metrics.Collector(),
+			MaxGroups: c.MaxGroups, GroupBytes: c.GroupBytes, Metrics: p.Metrics.Collector(), Tracer: p.Tracing.Tracer("rollfleet/collector"),
 		})
 		unexpose, err := p.Expose(coll)
 		if err != nil {

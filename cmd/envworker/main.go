@@ -45,6 +45,7 @@ func main() {
 			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote,
 			AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, RequestTimeout: c.RequestTimeout, Logger: p.Log,
 			MaxStaleness: &c.MaxStaleness, StalePolicy: c.StalePolicy, MaxRestarts: restarts(c.MaxRestarts),
+			Tracer:  p.Tracing.Tracer("rollfleet/envworker"),
 			Metrics: p.Metrics.Env(),
 		})
 		if err != nil {

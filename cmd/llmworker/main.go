@@ -35,7 +35,10 @@ func main() {
 	var c cli
 	kong.Parse(&c, kong.Description("rollfleet LLM worker"))
 	cmdutil.Main("llmworker", c.Fleet, func(p cmdutil.Process) error {
-		w, err := llm.New(p.NC, llm.Options{Endpoints: c.VLLM, Model: c.Model, MaxInFlight: c.MaxInFlight, Subjects: p.Subjects, Queue: c.Queue, Logger: p.Log, Metrics: p.Metrics.LLM()})
+		w, err := llm.New(p.NC, llm.Options{
+			Endpoints: c.VLLM, Model: c.Model, MaxInFlight: c.MaxInFlight, Subjects: p.Subjects, Queue: c.Queue, Logger: p.Log, Metrics: p.Metrics.LLM(),
+			Tracer: p.Tracing.Tracer("rollfleet/llmworker"),
+		})
 		if err != nil {
 			return err
 		}

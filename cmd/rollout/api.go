@@ -30,6 +30,8 @@ type apiCmd struct {
 	AckWait      time.Duration `default:"60s" help:"How long a delivered result waits for its acknowledgement before it is delivered again."`
 	MaxBodyBytes int64         `default:"16777216" help:"Largest request body accepted."`
 	LogLevel     string        `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	LogFormat    string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+	OTLP         string        `placeholder:"URL" help:"Embedded fleet: send its workers' OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
 	Metrics      string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 }
 
@@ -39,7 +41,12 @@ func (c *apiCmd) Run() error {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
-	log := cmdutil.Logger(c.LogLevel).With("process", "api")
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat).With("process", "api")
+	exp, stopTracing, err := cmdutil.StartTracing(ctx, c.OTLP, "rollout-api", log)
+	if err != nil {
+		return fmt.Errorf("--otlp: %w", err)
+	}
+	defer stopTracing()
 	m, stopMetrics, err := cmdutil.ServeMetrics(c.Metrics, log)
 	if err != nil {
 		return err
@@ -58,7 +65,7 @@ func (c *apiCmd) Run() error {
 			_ = bus.Drain(dctx, nc)
 		}()
 	} else {
-		f, err := fleet.StartStanding(ctx, fleet.Options{VLLM: c.VLLM, Model: c.Model, Concurrency: c.Concurrency, DataDir: c.DataDir, Logger: log, Metrics: m})
+		f, err := fleet.StartStanding(ctx, fleet.Options{VLLM: c.VLLM, Model: c.Model, Concurrency: c.Concurrency, DataDir: c.DataDir, Logger: log, Metrics: m, Tracer: exp.Tracer("rollfleet/api")})
 		if err != nil {
 			return err
 		}

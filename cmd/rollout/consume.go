@@ -30,7 +30,7 @@ type consumeCmd struct {
 
 // Run reads until interrupted.
 func (c *consumeCmd) Run() error {
-	log := cmdutil.Logger(c.LogLevel)
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat)
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	nc, js, subj, err := c.Connect(ctx, "consume-"+c.Durable, log)

@@ -25,7 +25,8 @@ type dashboardCmd struct {
 	Prefix string `default:"rf" help:"Subject prefix."`
 	RunID  string `name:"run" placeholder:"RUN_ID" help:"Count only this run's outcomes (default: every run's)."`
 	cmdutil.NATSAuth
-	LogLevel string `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	LogLevel  string `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	LogFormat string `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 }
 
 // Run serves the dashboard until interrupted.
@@ -35,7 +36,7 @@ func (c *dashboardCmd) Run() error {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
-	log := cmdutil.Logger(c.LogLevel).With("process", "dashboard")
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat).With("process", "dashboard")
 	nc, err := bus.Connect(c.NATS, "dashboard", log, c.ConnectOptions())
 	if err != nil {
 		return c.Explain(err)

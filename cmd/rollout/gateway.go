@@ -41,6 +41,8 @@ type gatewayCmd struct {
 	Out              string        `help:"Embedded server: write published trajectories as JSONL to this file ('-' for stdout)."`
 	FailuresOut      string        `help:"Embedded server: write published failure records as JSONL to this file."`
 	LogLevel         string        `default:"info" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	LogFormat        string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+	OTLP             string        `placeholder:"URL" help:"Send the in-process LLM worker's OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
 	Metrics          string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 	cmdutil.GC
 }
@@ -54,7 +56,12 @@ func (c *gatewayCmd) Run() error {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
-	log := cmdutil.Logger(c.LogLevel).With("process", "gateway")
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat).With("process", "gateway")
+	exp, stopTracing, err := cmdutil.StartTracing(ctx, c.OTLP, "rollout-gateway", log)
+	if err != nil {
+		return fmt.Errorf("--otlp: %w", err)
+	}
+	defer stopTracing()
 
 	var cleanups []func()
 	defer func() {
@@ -116,7 +123,7 @@ func (c *gatewayCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		w, err := llm.New(wc, llm.Options{Endpoints: endpoints, Model: c.Model, Subjects: subj, Logger: log, Metrics: m.LLM()})
+		w, err := llm.New(wc, llm.Options{Endpoints: endpoints, Model: c.Model, Subjects: subj, Logger: log, Metrics: m.LLM(), Tracer: exp.Tracer("rollfleet/gateway")})
 		if err != nil {
 			return err
 		}
@@ -186,7 +193,7 @@ func (c *gatewayCmd) connect(ctx context.Context, log *slog.Logger, cleanups *[]
 // connections to it.
 func (c *gatewayCmd) dialer(ctx context.Context, log *slog.Logger, cleanups *[]func()) (func(string) (*nats.Conn, error), error) {
 	if c.NATS != "" {
-		fleet := cmdutil.Fleet{NATS: c.NATS, NATSAuth: c.NATSAuth, Prefix: c.Prefix, Replicas: c.Replicas, LogLevel: c.LogLevel}
+		fleet := cmdutil.Fleet{NATS: c.NATS, NATSAuth: c.NATSAuth, Prefix: c.Prefix, Replicas: c.Replicas, LogLevel: c.LogLevel, LogFormat: c.LogFormat}
 		return func(name string) (*nats.Conn, error) {
 			nc, _, _, err := fleet.Connect(ctx, name, log)
 			return nc, err

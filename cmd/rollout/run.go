@@ -55,6 +55,8 @@ type runCmd struct {
 	ToyMaxConcurrent  int           `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
 	Timeout           time.Duration `help:"Give up after this long (0 = never)."`
 	LogLevel          string        `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	LogFormat         string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+	OTLP              string        `placeholder:"URL" help:"Send the embedded workers' OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
 	Metrics           string        `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port) while the run lasts."`
 	Dashboard         string        `placeholder:"ADDR" help:"Serve a live dashboard of the run on ADDR (host:port; port 0: any free port; the URL is printed)."`
 	cmdutil.NATSAuth
@@ -108,6 +110,12 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat)
+	exp, stopTracing, err := cmdutil.StartTracing(ctx, c.OTLP, "rollout", log)
+	if err != nil {
+		return sum, fmt.Errorf("--otlp: %w", err)
+	}
+	defer stopTracing()
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
@@ -119,7 +127,8 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		MaxStaleness: c.MaxStaleness, StalePolicy: c.StalePolicy,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
 		LLMMaxInFlight: c.LLMMaxInFlight, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
-		Filter: filter, Remote: remote, Out: os.Stdout, Format: c.Format, MathJudge: c.MathJudge, Logger: cmdutil.Logger(c.LogLevel), RunID: run, SubmitWindow: c.SubmitWindow,
+		Filter: filter, Remote: remote, Out: os.Stdout, Format: c.Format, MathJudge: c.MathJudge, Logger: log, RunID: run, SubmitWindow: c.SubmitWindow,
+		Tracer: exp.Tracer("rollfleet/rollout"),
 		ToyLLM: toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent},
 	}
 	if opts.Seed == nil {

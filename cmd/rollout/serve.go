@@ -23,6 +23,7 @@ type toyllmCmd struct {
 	Skill         float64       `help:"Starting policy's logit for the planned token, in (0, 30]; higher makes fewer slips (0 = the default, 14). POST /update_weights changes it."`
 	WeightVersion string        `help:"Starting weight version reported by GET /weight_info (default \"default\")."`
 	LogLevel      string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	LogFormat     string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 }
 
 // options turns the flags into the server's options.
@@ -43,7 +44,7 @@ func (c *toyllmCmd) Run() error {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
-	log := cmdutil.Logger(c.LogLevel)
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat)
 	opts.Logger = log
 	srv := toyllm.New(opts)
 	url, stopSrv, err := srv.Start(ctx, c.Listen)
@@ -67,6 +68,7 @@ type serverCmd struct {
 	Routes      []string `placeholder:"nats-route://HOST:PORT" help:"Route URLs of the cluster's nodes, comma-separated (this node's own may be listed)."`
 	ClusterName string   `help:"Cluster name, the same on every node (default rollfleet)."`
 	LogLevel    string   `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	LogFormat   string   `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 }
 
 // defaultListen is where the server listens when neither --listen nor the
@@ -123,7 +125,7 @@ func (c *serverCmd) Run() error {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
-	log := cmdutil.Logger(c.LogLevel)
+	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat)
 	opts.Logger = log
 	s, err := bus.StartServer(opts)
 	if err != nil {

@@ -487,6 +487,21 @@ _SAMPLING = _Struct(
 
 _CHAT_MESSAGE = _Struct("ChatMessage", False, [("r", "role", _str), ("c", "content", _str)])
 
+_TURN_TIMINGS = _Struct(
+    "TurnTimings",
+    False,
+    [
+        ("q", "queue_ns", _i64),
+        ("tk", "tokenize_ns", _i64),
+        ("g", "generate_ns", _i64),
+        ("m", "model_ns", _i64),
+        ("s", "step_ns", _i64),
+        ("p", "publish_ns", _i64),
+        ("w", "wall_ns", _i64),
+        ("ep", "endpoint", _str),
+    ],
+)
+
 _EPISODE_REQUEST = _Struct(
     "EpisodeRequest",
     True,
@@ -514,6 +529,7 @@ _EPISODE_REQUEST = _Struct(
         ("ti", "task_index", _i32),
         ("ri", "rollout_index", _i32),
         ("po", "prompt_overflow", _str),
+        ("tid", "trace_id", _str),
     ],
 )
 
@@ -553,6 +569,8 @@ _STEP_EVENT = _Struct(
         ("sn", "step_ns", _i64),
         ("err", "error", _str),
         ("fk", "failure_kind", _str),
+        ("tid", "trace_id", _str),
+        ("tm", "timings", _TURN_TIMINGS),
     ],
 )
 
@@ -609,6 +627,8 @@ _TRAJECTORY = _Struct(
         ("ptc", "prompt_truncated_tokens", _i32),
         ("ri", "rollout_index", _i32),
         ("rtx", "responses", _list(_str)),
+        ("tid", "trace_id", _str),
+        ("tm", "timings", _list(_TURN_TIMINGS)),
     ],
 )
 
@@ -638,6 +658,7 @@ _FAILURE = _Struct(
         ("tn", "turn", _i32),
         ("ts", "time_ns", _i64),
         ("pl", "payload", _bytes),
+        ("tid", "trace_id", _str),
     ],
 )
 

@@ -20,6 +20,7 @@ import (
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/metrics"
+	"github.com/rollfleet/rollfleet/tracing"
 )
 
 // Fleet holds the flags every fleet process takes.
@@ -32,6 +33,8 @@ type Fleet struct {
 	StepsMaxBytes  int64  `default:"1073741824" help:"Size limit of the steps stream, in bytes (-1: unlimited)."`
 	InitStreams    bool   `help:"Create the missing streams and exit: run once as a user allowed to create streams (the admin) when the others may not."`
 	LogLevel       string `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	LogFormat      string `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+	OTLP           string `placeholder:"URL" help:"Send OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
 	Metrics        string `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port)."`
 	GC
 }
@@ -54,12 +57,8 @@ func (f *Fleet) Streams() bus.StreamOptions {
 	return bus.StreamOptions{Replicas: f.Replicas, MaxBytes: f.StreamMaxBytes, StepsMaxBytes: f.StepsMaxBytes, Batches: f.InitStreams}
 }
 
-// Logger returns a text logger on stderr at the given level.
-func Logger(level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-}
+// Logger returns a text logger on stderr at the given level (see NewLogger).
+func Logger(level string) *slog.Logger { return NewLogger(level, LogText) }
 
 // SignalContext is cancelled by SIGINT or SIGTERM.
 func SignalContext() (context.Context, context.CancelFunc) {
@@ -161,6 +160,8 @@ type Process struct {
 	JS       jetstream.JetStream
 	Subjects messages.Subjects
 	Log      *slog.Logger
+	// Tracing exports the process's spans (--otlp); nil when off, whose Tracer is nil.
+	Tracing *tracing.Exporter
 	// Metrics are the process's metrics: nil without --metrics (a nil
 	// *metrics.Metrics measures nothing).
 	Metrics *metrics.Metrics
@@ -169,7 +170,7 @@ type Process struct {
 // Main runs a fleet process: connect, run body until a signal, drain, and
 // exit non-zero when anything failed.
 func Main(name string, f Fleet, body func(Process) error) {
-	log := Logger(f.LogLevel).With("process", name)
+	log := NewLogger(f.LogLevel, f.LogFormat).With("process", name)
 	if err := f.Tune(); err != nil {
 		log.Error("exiting", "err", err)
 		os.Exit(1)
@@ -183,6 +184,13 @@ func Main(name string, f Fleet, body func(Process) error) {
 func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error {
 	sctx, stop := SignalContext()
 	defer stop()
+	// Spans are sent until the process's last: the exporter stops after the
+	// connection has drained.
+	exp, stopTracing, err := StartTracing(sctx, f.OTLP, name, log)
+	if err != nil {
+		return fmt.Errorf("--otlp: %w", err)
+	}
+	defer stopTracing()
 	m, stopMetrics, err := ServeMetrics(f.Metrics, log)
 	if err != nil {
 		return err
@@ -206,7 +214,7 @@ func run(name string, f Fleet, log *slog.Logger, body func(Process) error) error
 	if nc.IsClosed() {
 		cancel(f.closedError(nc))
 	}
-	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log, Metrics: m})
+	err = body(Process{Ctx: ctx, NC: nc, JS: js, Subjects: subj, Log: log, Metrics: m, Tracing: exp})
 	if nc.IsClosed() {
 		// The body may have seen the closed connection before the handler
 		// ran: the reason matters more than the body's error.
