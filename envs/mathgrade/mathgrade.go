@@ -166,20 +166,4 @@ func LastBoxed(text string) (content string, ok bool) {
 
 // matchBrace returns the index of the '}' that closes the '{' at open, or -1.
 // A backslash escapes the byte after it.
-func matchBrace(s string, open int) int {
-	depth := 0
-	for i := open; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '{':
-			depth++
-		case '}':
-			depth--
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return -1
-}
+func matchBrace(s string, open int) int { return matchBraceWithin(s, open, len(s)) }
