@@ -234,6 +234,7 @@ type pageFigures struct {
 	Tokens       string `json:"tokens"`
 	Workers      int    `json:"workers"`
 	WorkersOK    int    `json:"workers_ok"`
+	EndpointsOK  int    `json:"endpoints_ok"`
 	Streams      int    `json:"streams"`
 	FailureKinds string `json:"failure_kinds"`
 	Envs         int    `json:"envs"`
@@ -249,6 +250,7 @@ const readFigures = `(() => {
     success_rate: text('success-rate'), mean_reward: text('mean-reward'), turns: text('turns'), tokens: text('tokens'),
     workers: rows('workers').length,
     workers_ok: document.querySelectorAll('#workers td.health-ok').length,
+    endpoints_ok: document.querySelectorAll('#endpoints td.health-ok').length,
     streams: rows('streams').length,
     failure_kinds: [...rows('failure-kinds')].map((r) => r.cells[0].textContent + '=' + r.cells[1].textContent).join(' '),
     envs: rows('envs').length,
@@ -366,10 +368,11 @@ func TestBrowser(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
 	}
-	// The whole run, the workers that answered and the streams.
+	// The whole run, the workers that answered, the model endpoint and the
+	// streams.
 	waitFor(t, ctx, "the whole run on the page", func() (bool, error) {
 		ok, err := page.read(ctx, &fig)
-		return ok && count(fig.Episodes) == episodes && fig.WorkersOK >= 2 && fig.Streams >= 5 && fig.Envs == 3, err
+		return ok && count(fig.Episodes) == episodes && fig.WorkersOK >= 2 && fig.EndpointsOK >= 1 && fig.Streams >= 5 && fig.Envs == 3, err
 	})
 	// The page keeps updating: a few more snapshots arrive.
 	before := count(fig.Updates)

@@ -1,6 +1,9 @@
 package messages
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // Settings of PolicyState.OnPause: what a pause does to generations already running on the
 // model servers.
@@ -82,6 +85,19 @@ type WorkerStatus struct {
 	InFlight int64 `msgpack:"if" json:"in_flight"`
 	// Held counts the requests (LLM worker) or turns (env worker) waiting for a resume.
 	Held int64 `msgpack:"hd,omitempty" json:"held"`
+	// Endpoints are an LLM worker's model servers, with their health and load.
+	Endpoints []EndpointStatus `msgpack:"eps,omitempty" json:"endpoints,omitempty"`
+}
+
+// EndpointStatus is one model server as an LLM worker sees it.
+type EndpointStatus struct {
+	URL string `msgpack:"u" json:"url"`
+	// Healthy is false while the worker has the endpoint marked down (it failed and has not
+	// answered /health since).
+	Healthy bool `msgpack:"h" json:"healthy"`
+	// InFlight counts the worker's requests at the endpoint; Max is its cap.
+	InFlight int64 `msgpack:"if" json:"in_flight"`
+	Max      int64 `msgpack:"mx" json:"max_in_flight"`
 }
 
 // Validate checks a policy state: V == Version; version ≥ 0; on_pause empty or known, and only
@@ -114,5 +130,15 @@ func (s *WorkerStatus) validate() *ValidationError {
 		checkNonNegative64("version", s.Version),
 		checkNonNegative64("in_flight", s.InFlight),
 		checkNonNegative64("held", s.Held),
+		checkEndpoints(s.Endpoints),
 	)
+}
+
+func checkEndpoints(eps []EndpointStatus) *ValidationError {
+	for i, e := range eps {
+		if e.URL == "" || e.InFlight < 0 || e.Max < 0 {
+			return invalid(fmt.Sprintf("endpoints[%d]", i), "url must be set and counts >= 0, got %+v", e)
+		}
+	}
+	return nil
 }

@@ -243,6 +243,7 @@ func fixturePolicyState() *messages.PolicyState {
 func fixtureWorkerStatus() *messages.WorkerStatus {
 	return &messages.WorkerStatus{
 		V: messages.Version, Kind: messages.WorkerLLM, ID: "llm-0", Epoch: 3, Version: 12, Paused: true, InFlight: 0, Held: 4,
+		Endpoints: []messages.EndpointStatus{{URL: "http://10.0.0.7:8000", Healthy: true, InFlight: 0, Max: 64}},
 	}
 }
 

@@ -101,8 +101,9 @@ func TestPauseFinishHoldsNewGenerations(t *testing.T) {
 		_, err := c.Pause(ctx, messages.OnPauseFinish)
 		paused <- err
 	}()
-	workerState(t, c, "paused with one generation in flight", func(s messages.WorkerStatus) bool {
-		return s.Paused && s.InFlight == 1
+	workerState(t, c, "paused with one generation in flight at its healthy endpoint", func(s messages.WorkerStatus) bool {
+		return s.Paused && s.InFlight == 1 && len(s.Endpoints) == 1 && s.Endpoints[0].URL == m.url &&
+			s.Endpoints[0].Healthy && s.Endpoints[0].InFlight == 1 && s.Endpoints[0].Max == 64
 	})
 	second := f.generateAsync(t, turnRequest())
 	workerState(t, c, "holding a request", func(s messages.WorkerStatus) bool { return s.Held == 1 })

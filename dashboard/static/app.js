@@ -224,6 +224,10 @@ function render(s) {
   rows($('workers'), fl.workers || [], (w) => [td(w.kind), td(w.id), td(integer(w.in_flight), 'num'),
     td(integer(w.held), 'num'), td(`v${w.version}${w.paused ? ' paused' : ''}`, 'num'),
     td(w.health, 'health-' + w.health)], fl.polled.startsWith('0001') ? 'Not polled yet.' : 'No worker answered.');
+  const eps = (fl.workers || []).flatMap((w) => (w.endpoints || []).map((e) => ({ ...e, worker: w.id })));
+  rows($('endpoints'), eps, (e) => [td(e.url), td(e.worker), td(integer(e.in_flight), 'num'),
+    td(integer(e.max_in_flight), 'num'), td(e.healthy ? 'ok' : 'down', e.healthy ? 'health-ok' : 'health-down')],
+    'No LLM worker reported its endpoints.');
   $('workers-note').textContent = fl.workers_error ? `(${fl.workers_error})` :
     (fl.polled.startsWith('0001') ? '' : `(polled ${clock(Date.parse(fl.polled))})`);
   rows($('streams'), fl.streams || [], (st) => {

@@ -674,6 +674,17 @@ _POLICY_STATE = _Struct(
     ],
 )
 
+_ENDPOINT_STATUS = _Struct(
+    "EndpointStatus",
+    False,
+    [
+        ("u", "url", _str),
+        ("h", "healthy", _bool),
+        ("if", "in_flight", _i64),
+        ("mx", "max_in_flight", _i64),
+    ],
+)
+
 _WORKER_STATUS = _Struct(
     "WorkerStatus",
     True,
@@ -685,6 +696,7 @@ _WORKER_STATUS = _Struct(
         ("pa", "paused", _bool),
         ("if", "in_flight", _i64),
         ("hd", "held", _i64),
+        ("eps", "endpoints", _list(_ENDPOINT_STATUS)),
     ],
 )
 
