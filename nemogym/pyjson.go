@@ -27,24 +27,8 @@ func appendPyString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for _, r := range s {
 		switch {
-		case r == '"':
-			b = append(b, '\\', '"')
-		case r == '\\':
-			b = append(b, '\\', '\\')
-		case r == '\n':
-			b = append(b, '\\', 'n')
-		case r == '\r':
-			b = append(b, '\\', 'r')
-		case r == '\t':
-			b = append(b, '\\', 't')
-		case r == '\b':
-			b = append(b, '\\', 'b')
-		case r == '\f':
-			b = append(b, '\\', 'f')
-		case r < 0x20:
-			b = u4(b, r)
 		case r < utf8.RuneSelf:
-			b = append(b, byte(r))
+			b = appendASCII(b, byte(r))
 		case r > 0xffff:
 			hi, lo := utf16.EncodeRune(r)
 			b = u4(u4(b, hi), lo)
@@ -53,6 +37,32 @@ func appendPyString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
+}
+
+// appendASCII appends an ASCII byte of a JSON string as both of Python's
+// writers (json.dumps and orjson) do: the short escapes for quote,
+// backslash and \b \f \n \r \t, \u00XX for the other control
+// characters, the byte itself otherwise.
+func appendASCII(b []byte, c byte) []byte {
+	const hex = "0123456789abcdef"
+	switch c {
+	case '"', '\\':
+		return append(b, '\\', c)
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	case '\b':
+		return append(b, '\\', 'b')
+	case '\f':
+		return append(b, '\\', 'f')
+	}
+	if c < 0x20 {
+		return append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+	}
+	return append(b, c)
 }
 
 // appendPyFloat appends f as Python's float repr: the shortest round-trip

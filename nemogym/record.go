@@ -311,31 +311,10 @@ func appendFloat32(b []byte, f float32) []byte {
 // for quote, backslash and \b \f \n \r \t, \u00XX for other control
 // characters; invalid UTF-8 becomes U+FFFD.
 func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"':
-				b = append(b, '\\', '"')
-			case c == '\\':
-				b = append(b, '\\', '\\')
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c == '\b':
-				b = append(b, '\\', 'b')
-			case c == '\f':
-				b = append(b, '\\', 'f')
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-			default:
-				b = append(b, c)
-			}
+		if c := s[i]; c < utf8.RuneSelf {
+			b = appendASCII(b, c)
 			i++
 			continue
 		}
