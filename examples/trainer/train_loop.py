@@ -124,7 +124,11 @@ class Loop:
         return batch.batch_id
 
     def collect(self, batch_id: str) -> list[dict]:
-        return list(self.client.groups(batch_id))
+        groups = list(self.client.groups(batch_id))
+        # Done with it: the fleet forgets the batch (its consumers, marks and
+        # manifest), so a loop that runs for a week keeps nothing per batch.
+        self.client.close(batch_id)
+        return groups
 
     def run(self) -> list[dict]:
         a = self.args
