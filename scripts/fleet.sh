@@ -19,6 +19,7 @@ bin=$(mktemp -d)
 go build -o "$bin/" ./cmd/...
 
 pids=()
+names=()
 cleanup() {
   kill -TERM "${pids[@]}" 2>/dev/null || true
   wait || true
@@ -26,15 +27,15 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$bin/rollout" server --listen "$nats_addr" --data-dir "$data" & pids+=($!)
+"$bin/rollout" server --listen "$nats_addr" --data-dir "$data" & pids+=($!); names+=(server)
 vllm=${VLLM:-}
 if [ -z "$vllm" ]; then
-  "$bin/rollout" toyllm --listen 127.0.0.1:8000 & pids+=($!)
+  "$bin/rollout" toyllm --listen 127.0.0.1:8000 & pids+=($!); names+=(toyllm)
   vllm=http://127.0.0.1:8000
 fi
-"$bin/llmworker" --nats "nats://$nats_addr" --vllm "$vllm" & pids+=($!)
-"$bin/envworker" --nats "nats://$nats_addr" --concurrency "${CONCURRENCY:-512}" & pids+=($!)
-"$bin/collector" --nats "nats://$nats_addr" & pids+=($!)
+"$bin/llmworker" --nats "nats://$nats_addr" --vllm "$vllm" & pids+=($!); names+=(llmworker)
+"$bin/envworker" --nats "nats://$nats_addr" --concurrency "${CONCURRENCY:-512}" & pids+=($!); names+=(envworker)
+"$bin/collector" --nats "nats://$nats_addr" & pids+=($!); names+=(collector)
 echo "fleet up: nats://$nats_addr, model $vllm, data in $data"
 
 jobs=${JOBS:-0}
@@ -46,7 +47,7 @@ fi
 episodes=${EPISODES:-50000}
 out=$(mktemp -d)
 "$bin/rollout" consume --nats "nats://$nats_addr" --kind groups --durable trainer --every 30s --log-level warn \
-  2> >(tee "$out/consume.log" >&2) & pids+=($!)
+  2> >(tee "$out/consume.log" >&2) & pids+=($!); names+=(consumer)
 # The trainer's consumer exists before the first job, which then leaves the groups to it.
 for _ in $(seq 300); do grep -q 'reading groups' "$out/consume.log" 2>/dev/null && break; sleep 0.1; done
 for job in $(seq 1 "$jobs"); do
@@ -68,5 +69,16 @@ for job in $(seq 1 "$jobs"); do
   printf 'job %d: %d trajectories in %.1f s; data dir %s bytes\n' "$job" "$lines" \
     "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" "$size"
   rm -f "$out/job$job.jsonl"
+  # Each process's CPU seconds so far, resident memory now and at its peak:
+  # a process that keeps finished work shows it growing job after job.
+  tck=$(getconf CLK_TCK)
+  for i in "${!pids[@]}"; do
+    p=${pids[$i]}
+    [ -r "/proc/$p/stat" ] || continue
+    cpu=$(awk -v t="$tck" '{printf "%.1f", ($14+$15)/t}' "/proc/$p/stat")
+    rss=$(awk '/VmRSS/{print $2}' "/proc/$p/status")
+    hwm=$(awk '/VmHWM/{print $2}' "/proc/$p/status")
+    printf '  %-10s cpu %7s s  rss %6d KiB  peak %6d KiB\n' "${names[$i]}" "$cpu" "$rss" "$hwm"
+  done
 done
 rm -rf "$out"
