@@ -57,17 +57,23 @@ for job in $(seq 1 "$jobs"); do
     --out "$out/job$job.jsonl" 2>&1 | grep -E '^episodes=|stream full' || true
   end=$(date +%s.%N)
   lines=$(wc -l < "$out/job$job.jsonl")
-  # The trainer may still be reading the job's last groups: the data dir is
-  # measured once its size holds still for 2 s (at most a minute).
+  # The trainer may still be reading the job's last groups, and the
+  # collector reclaims the emptied steps stream's blocks within 5 s: the
+  # data dir is measured once its size holds still for 8 s (at most a minute).
   size=$(du -sb "$data" | cut -f1)
+  still=0
   for _ in $(seq 30); do
     sleep 2
     now=$(du -sb "$data" | cut -f1)
-    [ "$now" = "$size" ] && break
+    if [ "$now" = "$size" ]; then still=$((still + 1)); else still=0; fi
+    [ "$still" -ge 4 ] && break
     size=$now
   done
   printf 'job %d: %d trajectories in %.1f s; data dir %s bytes\n' "$job" "$lines" \
     "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" "$size"
+  # Where the bytes are, by stream: file store blocks of removed messages
+  # are reclaimed lazily, so the split shows which stream holds them.
+  (cd "$data"/jetstream/*/streams && du -sb -- * | awk '{printf "  %s %s", $2, $1} END {print ""}')
   rm -f "$out/job$job.jsonl"
   # Each process's CPU seconds so far, resident memory now and at its peak:
   # a process that keeps finished work shows it growing job after job.

@@ -66,6 +66,10 @@ type Options struct {
 	// oldest is dropped (Stats.GroupsEvicted).
 	MaxGroups  int
 	GroupBytes int64
+	// CompactInterval is how often the collector checks whether the steps
+	// stream has emptied and, if so, reclaims its file store blocks (default
+	// 5s; see compactSteps).
+	CompactInterval time.Duration
 	// Metrics, when set, receives every outcome stored.
 	Metrics Metrics
 	// Logger defaults to slog.Default().
@@ -103,6 +107,9 @@ func (o *Options) setDefaults() {
 	if o.GroupBytes <= 0 {
 		o.GroupBytes = 512 << 20
 	}
+	if o.CompactInterval <= 0 {
+		o.CompactInterval = 5 * time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -126,6 +133,9 @@ type Stats struct {
 	// collector had not seen all their steps; Rejected the steps ignored as
 	// no honest env worker sends them.
 	Evicted, Reloaded, Rejected uint64
+	// Compactions counts the times the emptied steps stream's disk was
+	// reclaimed (see Options.CompactInterval).
+	Compactions uint64
 	// FullStreams names the output kinds ("failure", "group",
 	// "trajectory") whose stream refuses records now for being full, with
 	// no consumer reading; their outcomes wait, nothing is dropped.
@@ -318,11 +328,17 @@ func (c *Collector) Run(ctx context.Context) error {
 		defer close(sweepDone)
 		c.sweep(ctx)
 	}()
+	compactDone := make(chan struct{})
+	go func() {
+		defer close(compactDone)
+		c.compactLoop(ctx)
+	}()
 	c.log.Info("collector ready")
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()
 	<-sweepDone
+	<-compactDone
 	st := c.Stats()
 	c.log.Info("collector stopped", "trajectories", st.Trajectories, "failures", st.Failures,
 		"groups_kept", st.GroupsKept, "groups_filtered", st.GroupsFiltered, "in_flight", st.InFlight)
@@ -343,6 +359,49 @@ func (c *Collector) sweep(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// compactLoop calls compactSteps every CompactInterval until ctx ends.
+func (c *Collector) compactLoop(ctx context.Context) {
+	t := time.NewTicker(c.opts.CompactInterval)
+	defer t.Stop()
+	var compacted uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			compacted = c.compactSteps(ctx, compacted)
+		}
+	}
+}
+
+// compactSteps reclaims the steps stream's disk once it holds no step: it
+// purges everything below the next sequence, which is nothing, and returns
+// the last sequence reclaimed. Why: a decided episode's steps are purged by
+// subject, which leaves them in the file store's active block as deleted
+// bytes (up to a block per stream) until the block fills; a standing fleet
+// between jobs would keep them. A purge by sequence drops the block. It is
+// safe when the stream is empty at the time of the check: a step stored
+// after it has a higher sequence and is untouched, and no consumer has a
+// delivery pending below it (there is no message to deliver).
+func (c *Collector) compactSteps(ctx context.Context, compacted uint64) uint64 {
+	info, err := c.steps.Info(ctx)
+	if err != nil {
+		return compacted
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs != 0 || last == compacted {
+		return compacted
+	}
+	if err := c.steps.Purge(ctx, jetstream.WithPurgeSequence(last+1)); err != nil {
+		if c.purgeWarn.allow(time.Now()) {
+			c.log.Warn("reclaiming the empty steps stream's disk failed", "err", err)
+		}
+		return compacted
+	}
+	c.count(func(s *Stats) { s.Compactions++ })
+	return last
 }
 
 func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {

@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -820,5 +821,73 @@ func TestWaitGroups(t *testing.T) {
 	defer wcancel()
 	if !c.WaitGroups(wctx, 1) || c.Stats().Groups != 1 {
 		t.Fatalf("WaitGroups did not see the group end: %+v", c.Stats())
+	}
+}
+
+// TestCompactsEmptySteps: once every episode is decided, the emptied steps
+// stream is compacted (what the per-episode purges leave in the file store,
+// deleted steps and tombstones, is dropped with its blocks; scripts/fleet.sh
+// shows the disk it saves), once, and an episode stored afterwards is
+// still assembled. Compaction at a 10 ms interval runs throughout.
+func TestCompactsEmptySteps(t *testing.T) {
+	// Small blocks (a quarter of the stream's bytes), so the episodes span
+	// several.
+	f := newFixture(t, bus.ServerOptions{}, bus.StreamOptions{StepsMaxBytes: 512 << 10})
+	c := f.start(t, Options{CompactInterval: 10 * time.Millisecond})
+	episode := func(i int) []*messages.StepEvent {
+		steps, _ := threeTurns()
+		id := fmt.Sprintf("ep-%d", i)
+		for _, ev := range steps {
+			ev.EpisodeID = id
+			if ev.Episode != nil {
+				ev.Episode.EpisodeID, ev.Episode.GroupID = id, "grp-"+id
+			}
+		}
+		return steps
+	}
+	wantTrajectories := func(n uint64) {
+		t.Helper()
+		bustest.CheckFor(t, waitTimeout, 10*time.Millisecond, func() error {
+			if st := c.Stats(); st.Trajectories != n {
+				return fmt.Errorf("%d trajectories, want %d", st.Trajectories, n)
+			}
+			return nil
+		})
+	}
+	// Episodes played side by side and ending last first, as a fleet's do:
+	// their steps are interleaved and the blocks empty out of order.
+	const episodes = 200
+	played := make([][]*messages.StepEvent, episodes)
+	for i := range played {
+		played[i] = episode(i)
+	}
+	for turn := range 3 {
+		for i := range episodes {
+			if turn == 2 {
+				i = episodes - 1 - i
+			}
+			f.publish(t, played[i][turn])
+		}
+	}
+	wantTrajectories(episodes)
+	compactions := func() uint64 {
+		t.Helper()
+		var n uint64
+		bustest.CheckFor(t, waitTimeout, 10*time.Millisecond, func() error {
+			if n = c.Stats().Compactions; n == 0 {
+				return errors.New("the emptied steps stream was not compacted")
+			}
+			return nil
+		})
+		return n
+	}
+	first := compactions()
+	for _, ev := range episode(episodes) {
+		f.publish(t, ev)
+	}
+	wantTrajectories(episodes + 1)
+	// An idle stream is compacted once, not every interval.
+	if n := compactions(); n > first+1 {
+		t.Errorf("%d compactions after one more episode, want at most %d", n, first+1)
 	}
 }

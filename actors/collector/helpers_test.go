@@ -28,11 +28,15 @@ type fixture struct {
 	subj messages.Subjects
 }
 
-func newFixture(t testing.TB, sopts bus.ServerOptions) *fixture {
+func newFixture(t testing.TB, sopts bus.ServerOptions, stopts ...bus.StreamOptions) *fixture {
 	t.Helper()
 	s := bustest.RunServerWith(t, sopts)
 	f := &fixture{srv: s, js: bustest.JetStream(t, s, "test"), subj: messages.NewSubjects("")}
-	if err := bus.EnsureStreams(context.Background(), f.js, f.subj, bus.StreamOptions{}); err != nil {
+	var streams bus.StreamOptions
+	if len(stopts) > 0 {
+		streams = stopts[0]
+	}
+	if err := bus.EnsureStreams(context.Background(), f.js, f.subj, streams); err != nil {
 		t.Fatal(err)
 	}
 	return f
