@@ -2,6 +2,7 @@ package collector
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,8 +35,11 @@ type run map[int32]stored
 
 // cachedEpisode is what this collector has seen of one episode's runs.
 type cachedEpisode struct {
-	id      string
-	runs    map[runKey]run
+	id   string
+	runs map[runKey]run
+	// seqs are the stream sequences of every step delivered here, repeats
+	// and other runs included: what to delete once the episode is decided.
+	seqs    []uint64
 	bytes   int64
 	touched time.Time
 	elem    *list.Element
@@ -83,6 +87,9 @@ func (c *cache) add(key runKey, s stored, now time.Time) {
 		r = make(run)
 		e.runs[key] = r
 	}
+	e.seqs = append(e.seqs, s.seq)
+	e.bytes += 8
+	c.bytes += 8
 	if _, dup := r[s.ev.Turn]; !dup {
 		n := stepBytes(s.ev)
 		r[s.ev.Turn] = s
@@ -108,6 +115,16 @@ func (c *cache) run(id string, key runKey) run {
 		cp[t] = s
 	}
 	return cp
+}
+
+// seqs returns the stream sequences of the episode's steps delivered here.
+func (c *cache) seqs(id string) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.byID[id]; e != nil {
+		return slices.Clone(e.seqs)
+	}
+	return nil
 }
 
 // request returns the episode request of a cached run of the episode,
