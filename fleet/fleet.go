@@ -80,7 +80,9 @@ type Options struct {
 	// ModelCheckTimeout bounds the check of each VLLM server before the run
 	// (see CheckModels; default 10s).
 	ModelCheckTimeout time.Duration
-	// LLMMaxInFlight bounds requests per model endpoint (default 64).
+	// LLMMaxInFlight, when positive, is a fixed bound on requests per model
+	// endpoint; 0 (the default) adapts each bound to its server's load
+	// (llm.Options.MaxInFlight).
 	LLMMaxInFlight int
 	// NATS is an external server URL list; empty runs an embedded server.
 	NATS string

@@ -16,9 +16,11 @@
 //	POST /detokenize
 //	GET  /v1/models
 //	GET  /health               200 with an empty body
-//	GET  /metrics              vLLM's running and waiting request gauges,
-//	                           and the policy's skill, weight version and
-//	                           pause state
+//	GET  /metrics              vLLM's running and waiting request and
+//	                           KV-cache usage gauges, the policy's skill,
+//	                           weight version and pause state, the
+//	                           concurrency cap and the generations' running
+//	                           time (busy fraction)
 //
 // and the endpoints of vLLM 0.16+'s development mode that a trainer calls
 // to sync weights (vLLM serves them with VLLM_SERVER_DEV_MODE=1):

@@ -366,6 +366,13 @@ func TestMaxConcurrent(t *testing.T) {
 	if r, w := metricsValue(t, url, "vllm:num_requests_running"), metricsValue(t, url, "vllm:num_requests_waiting"); r != limit || w != total-limit {
 		t.Errorf("metrics: %v running, %v waiting", r, w)
 	}
+	// Every slot is busy: the stand-in's KV cache is full.
+	if u, m := metricsValue(t, url, "vllm:kv_cache_usage_perc"), metricsValue(t, url, "toyllm:max_concurrent"); u != 1 || m != limit {
+		t.Errorf("metrics: kv cache usage %v, max concurrent %v", u, m)
+	}
+	if v := metricsValue(t, url, "toyllm:running_seconds_total"); v != 0 {
+		t.Errorf("running seconds %v before any generation finished", v)
+	}
 	close(release)
 	wg.Wait()
 	close(statuses)
@@ -379,6 +386,9 @@ func TestMaxConcurrent(t *testing.T) {
 	}
 	if r := metricsValue(t, url, "vllm:num_requests_running"); r != 0 {
 		t.Errorf("%v still running", r)
+	}
+	if u, v := metricsValue(t, url, "vllm:kv_cache_usage_perc"), metricsValue(t, url, "toyllm:running_seconds_total"); u != 0 || v <= 0 {
+		t.Errorf("metrics after the generations: kv cache usage %v, running seconds %v", u, v)
 	}
 }
 

@@ -311,10 +311,12 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 // labelEscaper escapes a Prometheus label value.
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
-// handleMetrics serves vLLM's two scheduler gauges in Prometheus' text
-// format, which load-aware routers read, and the stand-in's own: its skill,
-// its weight version (as a label of an info gauge) and whether generation
-// is held.
+// handleMetrics serves vLLM's scheduler gauges in Prometheus' text format,
+// which load-aware routers and the LLM worker's in-flight control read, and
+// the stand-in's own: its skill, its weight version (as a label of an info
+// gauge), whether generation is held, its concurrency cap and the running
+// time of its generations. Its KV cache is its generation slots: usage is
+// the running sequences over Options.MaxConcurrent (0 without a cap).
 func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	pol, held := s.gate.pol, s.gate.held()
@@ -325,20 +327,34 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	if held {
 		paused = 1
 	}
+	running := s.running.Load()
+	usage := 0.0
+	if s.opts.MaxConcurrent > 0 {
+		usage = min(float64(running)/float64(s.opts.MaxConcurrent), 1)
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = fmt.Fprintf(w, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"+
 		"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running%s %d.0\n"+
 		"# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"+
 		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s %d.0\n"+
+		"# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"+
+		"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc%s %s\n"+
 		"# HELP toyllm:skill The policy's logit for the planned token.\n"+
 		"# TYPE toyllm:skill gauge\ntoyllm:skill%s %s\n"+
 		"# HELP toyllm:weight_info The current weight version, as a label.\n"+
 		"# TYPE toyllm:weight_info gauge\ntoyllm:weight_info{model_name=\"%s\",weight_version=\"%s\"} 1.0\n"+
 		"# HELP toyllm:is_paused Whether new generations are held by a pause or a weight update.\n"+
-		"# TYPE toyllm:is_paused gauge\ntoyllm:is_paused%s %d.0\n",
-		label, s.running.Load(), label, s.waiting.Load(),
+		"# TYPE toyllm:is_paused gauge\ntoyllm:is_paused%s %d.0\n"+
+		"# HELP toyllm:max_concurrent The cap on sequences generating at once (0: none).\n"+
+		"# TYPE toyllm:max_concurrent gauge\ntoyllm:max_concurrent%s %d.0\n"+
+		"# HELP toyllm:running_seconds_total Time finished generations spent running, summed (the running gauge integrated over time).\n"+
+		"# TYPE toyllm:running_seconds_total counter\ntoyllm:running_seconds_total%s %s\n",
+		label, running, label, s.waiting.Load(),
+		label, strconv.FormatFloat(usage, 'g', -1, 64),
 		label, strconv.FormatFloat(pol.skill, 'g', -1, 64),
-		model, labelEscaper.Replace(pol.version), label, paused)
+		model, labelEscaper.Replace(pol.version), label, paused,
+		label, s.opts.MaxConcurrent,
+		label, strconv.FormatFloat(time.Duration(s.runNanos.Load()).Seconds(), 'g', -1, 64))
 }
 
 // appendHeader appends the fields every generation response starts with.

@@ -75,6 +75,11 @@ type Server struct {
 	slots   chan struct{} // nil when unlimited
 	running atomic.Int64
 	waiting atomic.Int64
+	// runNanos is the time every finished generation spent running, the
+	// integral of the running gauge: over a window, its increase divided
+	// by the window and MaxConcurrent is the fraction of the server's
+	// capacity that was busy.
+	runNanos atomic.Int64
 
 	// mu guards gate: pausing, weight updates and the current policy.
 	mu   sync.Mutex
@@ -223,11 +228,11 @@ func (s *Server) run(ctx context.Context, st *genState, gp *genParams) error {
 	}
 	defer s.leave()
 	s.running.Add(1)
-	defer s.running.Add(-1)
-	var begin time.Time
-	if s.opts.TokenLatency > 0 {
-		begin = time.Now()
-	}
+	begin := time.Now()
+	defer func() {
+		s.runNanos.Add(int64(time.Since(begin)))
+		s.running.Add(-1)
+	}()
 	generate(st, gp, pol)
 	if s.opts.TokenLatency > 0 {
 		// One wait for the whole response: nothing is streamed, so the

@@ -72,6 +72,7 @@ type Client struct {
 	detokenizeURL  string
 	healthURL      string
 	modelsURL      string
+	metricsURL     string
 
 	// model is the resolved model name, nil until known.
 	model atomic.Pointer[string]
@@ -111,6 +112,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 		detokenizeURL:  base + "/detokenize",
 		healthURL:      base + "/health",
 		modelsURL:      base + "/v1/models",
+		metricsURL:     base + "/metrics",
 		modelSem:       make(chan struct{}, 1),
 	}
 	if c.hc == nil {

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/vllm"
@@ -20,8 +21,12 @@ var errNoEndOfTurn = errors.New("llm: model has no ChatML end-of-turn token")
 type endpoint struct {
 	url     string
 	client  *vllm.Client
-	slots   chan struct{} // capacity = per-endpoint in-flight cap
+	slots   *limiter // the in-flight cap, fixed or adapted to the server's load
 	healthy atomic.Bool
+
+	// modelNanos and modelTokens sum the completion calls' durations and
+	// generated tokens, for the in-flight control's latency reading.
+	modelNanos, modelTokens atomic.Int64
 
 	eotMu sync.Mutex   // held while learning the end-of-turn id
 	eot   atomic.Int32 // the end-of-turn token id plus one once learned; 0 before
@@ -92,29 +97,24 @@ func (e *endpoint) endOfTurnID(ctx context.Context) (int32, error) {
 	return toks[0], nil
 }
 
-func (e *endpoint) inFlight() int { return len(e.slots) }
+func (e *endpoint) inFlight() int {
+	n, _ := e.slots.inFlight()
+	return n
+}
 
 // tryAcquire takes a slot if one is free.
-func (e *endpoint) tryAcquire() bool {
-	select {
-	case e.slots <- struct{}{}:
-		return true
-	default:
-		return false
-	}
-}
+func (e *endpoint) tryAcquire() bool { return e.slots.tryAcquire() }
 
 // acquire waits for a slot.
-func (e *endpoint) acquire(ctx context.Context) error {
-	select {
-	case e.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (e *endpoint) acquire(ctx context.Context) error { return e.slots.acquire(ctx) }
 
-func (e *endpoint) release() { <-e.slots }
+func (e *endpoint) release() { e.slots.release() }
+
+// noteCompletion counts a completion call of d that generated tokens.
+func (e *endpoint) noteCompletion(d time.Duration, tokens int) {
+	e.modelNanos.Add(int64(d))
+	e.modelTokens.Add(int64(tokens))
+}
 
 // router picks endpoints: sticky per episode through rendezvous hashing (every
 // LLM worker computes the same preference, so an episode keeps hitting the

@@ -20,7 +20,7 @@ import (
 func testRouter(n, capacity int) *router {
 	r := &router{}
 	for i := range n {
-		e := &endpoint{url: fmt.Sprintf("http://model-%d:8000", i), slots: make(chan struct{}, capacity)}
+		e := &endpoint{url: fmt.Sprintf("http://model-%d:8000", i), slots: newLimiter(capacity)}
 		e.healthy.Store(true)
 		r.eps = append(r.eps, e)
 	}
@@ -42,7 +42,9 @@ func (r *router) ranked(key string) []*endpoint {
 
 func fill(e *endpoint, n int) {
 	for range n {
-		e.slots <- struct{}{}
+		if !e.tryAcquire() {
+			panic("fill: endpoint full")
+		}
 	}
 }
 

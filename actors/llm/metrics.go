@@ -30,7 +30,7 @@ type EndpointStatus struct {
 	// call, until its /health answers).
 	Healthy bool `json:"healthy"`
 	// InFlight is the number of requests it serves now, MaxInFlight its
-	// bound.
+	// bound (an adaptive bound's current value).
 	InFlight    int `json:"in_flight"`
 	MaxInFlight int `json:"max_in_flight"`
 }
@@ -39,7 +39,8 @@ type EndpointStatus struct {
 func (w *Worker) Endpoints() []EndpointStatus {
 	out := make([]EndpointStatus, len(w.router.eps))
 	for i, e := range w.router.eps {
-		out[i] = EndpointStatus{URL: e.url, Healthy: e.healthy.Load(), InFlight: e.inFlight(), MaxInFlight: cap(e.slots)}
+		n, limit := e.slots.inFlight()
+		out[i] = EndpointStatus{URL: e.url, Healthy: e.healthy.Load(), InFlight: n, MaxInFlight: limit}
 	}
 	return out
 }

@@ -7,6 +7,7 @@
 package llm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,8 +48,16 @@ type Options struct {
 	Endpoints []string
 	// Model is the served model name; empty asks each server for its first.
 	Model string
-	// MaxInFlight bounds concurrent requests per endpoint (default 64).
+	// MaxInFlight, when positive, is a fixed bound on concurrent requests
+	// per endpoint. Zero (the default) adapts each endpoint's bound to its
+	// server's load: it starts at 64 and follows what the server's /metrics
+	// reports (requests running and waiting, KV-cache usage) and its time
+	// per generated token, so that the server stays busy without a deep
+	// queue; a server without /metrics keeps the bound it has.
 	MaxInFlight int
+	// LoadInterval is how often an adaptive bound reads its server's
+	// /metrics (default 500ms).
+	LoadInterval time.Duration
 	// Subjects names the subjects (default prefix "rf").
 	Subjects messages.Subjects
 	// Queue is the queue group (default "llm").
@@ -74,8 +83,11 @@ func (o *Options) setDefaults() {
 	if o.ID == "" {
 		o.ID = "llm-" + nuid.Next()
 	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 64
+	if o.MaxInFlight < 0 {
+		o.MaxInFlight = 0
+	}
+	if o.LoadInterval <= 0 {
+		o.LoadInterval = 500 * time.Millisecond
 	}
 	if o.Subjects.Prefix == "" {
 		o.Subjects = messages.NewSubjects("")
@@ -134,7 +146,7 @@ func New(nc *nats.Conn, opts Options) (*Worker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("llm: endpoint %q: %w", u, err)
 		}
-		e := &endpoint{url: c.BaseURL(), client: c, slots: make(chan struct{}, opts.MaxInFlight)}
+		e := &endpoint{url: c.BaseURL(), client: c, slots: newLimiter(cmp.Or(opts.MaxInFlight, adaptiveStart))}
 		e.healthy.Store(true)
 		w.router.eps = append(w.router.eps, e)
 	}
@@ -167,15 +179,32 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("llm: %w", err)
 	}
 	defer func() { _ = status.Unsubscribe() }()
-	// A fixed pool sized to the total endpoint capacity: no goroutine per
-	// request, and the pool itself is the backpressure.
-	workers := w.opts.MaxInFlight * len(w.router.eps)
+	// A pool of handlers as large as the endpoints can take at once (an
+	// adaptive bound at its highest), started as the load needs them: no
+	// goroutine per request, and the pool itself is the backpressure.
+	workers := int64(w.maxInFlight() * len(w.router.eps))
+	// Handlers get their own context: a shutdown lets in-flight calls finish.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	var wg sync.WaitGroup
+	var started atomic.Int64
 	// The subscription callbacks block on a busy pool, so requests wait in
 	// the subscription's pending buffer instead of being dropped. quit
 	// stops the pool once no callback can run any more; a callback that
 	// still finds it closed belongs to a closed connection, on which no
 	// reply could be sent anyway.
 	inbox, quit := make(chan job), make(chan struct{})
+	serveJobs := func(first job) {
+		w.handle(work, first)
+		for {
+			select {
+			case j := <-inbox:
+				w.handle(work, j)
+			case <-quit:
+				return
+			}
+		}
+	}
 	enqueue := func(m *nats.Msg) {
 		j := job{m: m, at: time.Now()}
 		if m.Subject == w.opts.Subjects.Tokenize() {
@@ -183,6 +212,19 @@ func (w *Worker) Run(ctx context.Context) error {
 			// takes the decoded request to the pool.
 			j.tok, j.err = messages.Decode[messages.TokenizeRequest](m.Data)
 			if j.err == nil && w.answerFromCache(m, j.tok) {
+				return
+			}
+		}
+		select {
+		case inbox <- j:
+			return
+		default:
+		}
+		// Every handler is busy: start another while the pool has room.
+		// Callbacks stop before the pool is waited for (subs.Wait below).
+		for n := started.Load(); n < workers; n = started.Load() {
+			if started.CompareAndSwap(n, n+1) {
+				wg.Go(func() { serveJobs(j) })
 				return
 			}
 		}
@@ -226,25 +268,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		subscriptions = append(subscriptions, s)
 	}
-	w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight)
+	w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight, "adaptive", w.opts.MaxInFlight == 0)
 
-	// Handlers get their own context: a shutdown lets in-flight calls finish.
-	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWork()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				select {
-				case j := <-inbox:
-					w.handle(work, j)
-				case <-quit:
-					return
-				}
-			}
-		})
-	}
 	wg.Go(func() { w.healthLoop(ctx) })
+	if w.opts.MaxInFlight == 0 {
+		for _, e := range w.router.eps {
+			wg.Go(func() { w.adaptLoop(ctx, e) })
+		}
+	}
 	wg.Go(func() { w.gens.abortLoop(ctx) })
 
 	<-ctx.Done()
@@ -396,7 +427,8 @@ func (w *Worker) status() messages.WorkerStatus {
 func (w *Worker) endpointStatus() []messages.EndpointStatus {
 	out := make([]messages.EndpointStatus, len(w.router.eps))
 	for i, e := range w.router.eps {
-		out[i] = messages.EndpointStatus{URL: e.url, Healthy: e.healthy.Load(), InFlight: int64(len(e.slots)), Max: int64(cap(e.slots))}
+		n, limit := e.slots.inFlight()
+		out[i] = messages.EndpointStatus{URL: e.url, Healthy: e.healthy.Load(), InFlight: int64(n), Max: int64(limit)}
 	}
 	return out
 }
@@ -464,6 +496,7 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 		if err != nil {
 			return err
 		}
+		e.noteCompletion(model, len(out.TokenIDs))
 		eot, err = e.endsTurn(ctx, out.TokenIDs)
 		return err
 	})

@@ -19,10 +19,10 @@ import (
 
 type cli struct {
 	cmdutil.Fleet
-	VLLM        []string `required:"" sep:"," help:"Model server base URL(s), comma-separated (vLLM or 'rollout toyllm')."`
-	Model       string   `help:"Served model name (default: each server's first)."`
-	MaxInFlight int      `default:"64" help:"Most concurrent requests per model server."`
-	Queue       string   `default:"llm" help:"Queue group."`
+	VLLM        []string         `required:"" sep:"," help:"Model server base URL(s), comma-separated (vLLM or 'rollout toyllm')."`
+	Model       string           `help:"Served model name (default: each server's first)."`
+	MaxInFlight cmdutil.InFlight `default:"auto" help:"Most concurrent requests per model server: auto adapts it to each server's load from its /metrics (requests running and waiting, KV-cache usage) and its latency, starting at 64; a number fixes it."`
+	Queue       string           `default:"llm" help:"Queue group."`
 
 	Gateway          string        `placeholder:"ADDR" group:"Gateway" help:"Also serve the OpenAI-compatible gateway on this address (host:port)."`
 	GatewayEnv       string        `default:"gateway" group:"Gateway" help:"Env of the trajectories the gateway publishes when a finish names none."`
@@ -36,7 +36,7 @@ func main() {
 	kong.Parse(&c, kong.Description("rollfleet LLM worker"))
 	cmdutil.Main("llmworker", c.Fleet, func(p cmdutil.Process) error {
 		w, err := llm.New(p.NC, llm.Options{
-			Endpoints: c.VLLM, Model: c.Model, MaxInFlight: c.MaxInFlight, Subjects: p.Subjects, Queue: c.Queue, Logger: p.Log, Metrics: p.Metrics.LLM(),
+			Endpoints: c.VLLM, Model: c.Model, MaxInFlight: int(c.MaxInFlight), Subjects: p.Subjects, Queue: c.Queue, Logger: p.Log, Metrics: p.Metrics.LLM(),
 			Tracer: p.Tracing.Tracer("rollfleet/llmworker"),
 		})
 		if err != nil {
