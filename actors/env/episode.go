@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/internal/tokcache"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/tracing"
 )
@@ -651,8 +653,21 @@ func (e *episode) turnTimings(turn int32) messages.TurnTimings {
 	return t
 }
 
+// tokenize tokenizes through the LLM workers, or from the worker's cache
+// for a short plain text (feedback, mostly): the fleet serves one model,
+// whose tokenizer is a pure function of the text, and feedback repeats, so
+// most feedback turns cross NATS only to generate. The returned slice may
+// be shared: its capacity is its length, so an append copies it.
 func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest) ([]int32, error) {
 	t0 := time.Now()
+	cacheable := len(treq.Messages) == 0 && tokcache.Cacheable(treq.Text)
+	key := tokcache.Key{Text: treq.Text, Special: treq.AddSpecialTokens}
+	if cacheable {
+		if ids, ok := e.w.tokens.Get(key); ok {
+			e.tm.Tokenize += time.Since(t0).Nanoseconds()
+			return ids, nil
+		}
+	}
 	rep, err := request[messages.TokenizeReply](ctx, e.w, e.w.opts.Subjects.Tokenize(), treq, e.traceparent,
 		func(r *messages.TokenizeReply) string { return r.Code })
 	e.tm.Tokenize += time.Since(t0).Nanoseconds()
@@ -662,7 +677,11 @@ func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest) 
 	if rep.Error != "" {
 		return nil, e.fail("tokenize (%s): %s", rep.Code, rep.Error)
 	}
-	return rep.Tokens, nil
+	ids := slices.Clip([]int32(rep.Tokens))
+	if cacheable {
+		e.w.tokens.Put(key, ids)
+	}
+	return ids, nil
 }
 
 // stepInfo is the env's info without the keys that only shape prompts (the

@@ -23,6 +23,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/control"
+	"github.com/rollfleet/rollfleet/internal/tokcache"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/remoteenv"
 )
@@ -199,6 +200,8 @@ type Worker struct {
 	storeWaits   atomic.Uint64
 	storeState   storeState
 	handBacks    handBacks
+	// tokens caches the tokenizations of short plain texts (episode.tokenize).
+	tokens tokcache.Cache
 
 	// live maps each running *episode to its message, for keepAlive.
 	live sync.Map

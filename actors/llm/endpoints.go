@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/internal/tokcache"
 	"github.com/rollfleet/rollfleet/vllm"
 )
 
@@ -31,7 +32,7 @@ type endpoint struct {
 	eotMu sync.Mutex   // held while learning the end-of-turn id
 	eot   atomic.Int32 // the end-of-turn token id plus one once learned; 0 before
 
-	tokens tokenCache
+	tokens tokcache.Cache
 	pieces pieceCache
 
 	// window is the model's context length plus one once learned; 0 before.

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rollfleet/rollfleet/control"
+	"github.com/rollfleet/rollfleet/internal/tokcache"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/tracing"
 	"github.com/rollfleet/rollfleet/vllm"
@@ -556,7 +557,7 @@ func (w *Worker) answerFromCache(m *nats.Msg, req *messages.TokenizeRequest) boo
 	if e == nil || !e.healthy.Load() {
 		return false
 	}
-	ids, ok := e.tokens.get(tokenKey{text: req.Text, special: req.AddSpecialTokens})
+	ids, ok := e.tokens.Get(tokcache.Key{Text: req.Text, Special: req.AddSpecialTokens})
 	if !ok {
 		return false
 	}

@@ -666,26 +666,6 @@ func TestTokenizeCache(t *testing.T) {
 	}
 }
 
-func TestTokenCacheEviction(t *testing.T) {
-	var c tokenCache
-	c.put(tokenKey{text: "keep"}, []int32{1})
-	for i := range tokenCacheEntries {
-		c.put(tokenKey{text: fmt.Sprint(i)}, []int32{int32(i)})
-		if i%1000 == 0 {
-			// Used again, so it moves back to the current generation.
-			if _, ok := c.get(tokenKey{text: "keep"}); !ok {
-				t.Fatalf("a recently used entry was evicted after %d puts", i)
-			}
-		}
-	}
-	if _, ok := c.get(tokenKey{text: "0"}); ok {
-		t.Fatal("the oldest unused entry should have been evicted")
-	}
-	if n := len(c.cur) + len(c.prev); n > tokenCacheEntries {
-		t.Fatalf("cache holds %d entries, bound is %d", n, tokenCacheEntries)
-	}
-}
-
 // TestCachedTokenizeSkipsBusyPool: with every worker of the pool waiting on
 // a generation, a tokenization the endpoint has served before is answered
 // at once instead of queueing behind the generations.
