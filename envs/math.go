@@ -12,7 +12,10 @@ import (
 	"github.com/rollfleet/rollfleet/nemogym"
 )
 
-const mathFamily = "Math"
+// MathFamily is the family of the math envs, whose options include
+// "judge" (ask an outside judge about rejected answers) and "strict"
+// (grade with mathgrade's Strict options).
+const MathFamily = "Math"
 
 // Text of the math envs. mathPrompt closes the question of the GEM-style
 // env; mathRetry asks for another attempt after a wrong answer.
@@ -28,7 +31,7 @@ const (
 func mathSpecs() []Spec {
 	spec := func(id string, system bool) Spec {
 		return Spec{
-			ID: id, Family: mathFamily, Params: map[string]any{"max_attempts": 1}, MaxTurns: 1, Task: true,
+			ID: id, Family: MathFamily, Params: map[string]any{"max_attempts": 1}, MaxTurns: 1, Task: true,
 			new: func(opts map[string]json.RawMessage) (Env, error) { return newMath(opts, system) },
 		}
 	}
@@ -222,7 +225,7 @@ func (m *mathEnv) Snapshot() json.RawMessage {
 func (m *mathEnv) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return restoreError(mathFamily, err)
+		return restoreError(MathFamily, err)
 	}
 	next := m.s
 	fields := map[string]any{
@@ -231,11 +234,11 @@ func (m *mathEnv) Restore(state json.RawMessage) error {
 		"judge": &next.Judge, "library": &next.Library, "boxed": &next.Boxed, "evaluations": &next.Evaluations,
 		"judge_error": &next.JudgeError, "strict": &next.Strict,
 	}
-	if err := restoreFields(mathFamily, obj, fields); err != nil {
+	if err := restoreFields(MathFamily, obj, fields); err != nil {
 		return err
 	}
 	if err := next.validate(); err != nil {
-		return restoreError(mathFamily, err)
+		return restoreError(MathFamily, err)
 	}
 	m.s = next
 	return nil
