@@ -370,3 +370,32 @@ func TestNeMoGymJudgeFailure(t *testing.T) {
 		})
 	}
 }
+
+// Math episodes carry the run's judge and strict choices in their env
+// options; other envs carry none.
+func TestMathEnvOptions(t *testing.T) {
+	rows := []DatasetRow{{Prompt: "What is 1 + 1?", Label: "2", Env: "math"}, {Env: "game:GuessTheNumber-v0"}}
+	for _, tc := range []struct {
+		judge  string
+		strict bool
+		want   string
+	}{
+		{"", false, ""},
+		{"judge-model", false, `{"judge":true}`},
+		{"", true, `{"strict":true}`},
+		{"http://judge:8000", true, `{"judge":true,"strict":true}`},
+	} {
+		opts := Options{MathJudge: tc.judge, MathStrict: tc.strict}
+		opts.setDefaults()
+		p, err := newPlanOfRows(opts, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []string{tc.want, ""} {
+			req, err := p.request(i)
+			if err != nil || string(req.EnvOptions) != want {
+				t.Errorf("judge %q strict %v, %s: env options %s (%v), want %s", tc.judge, tc.strict, req.Env, req.EnvOptions, err, want)
+			}
+		}
+	}
+}

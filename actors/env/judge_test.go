@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/messages"
 )
 
 // The judge is asked expected-first, then (only after an equal verdict) the
@@ -115,5 +116,38 @@ func TestJudgeFailure(t *testing.T) {
 	})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("a stopping worker's ask: %v", err)
+	}
+}
+
+// A worker's MathStrict grades math episodes strictly unless their env
+// options say otherwise.
+func TestMathStrictDefault(t *testing.T) {
+	seed := uint64(1)
+	for _, tc := range []struct {
+		workerStrict bool
+		envOptions   string
+		reward       float64
+	}{
+		{false, "", 1},
+		{true, "", 0},
+		{true, `{"strict":false}`, 1},
+		{false, `{"strict":true}`, 0},
+	} {
+		w := &Worker{opts: Options{MathStrict: tc.workerStrict}}
+		req := &messages.EpisodeRequest{Env: "math", EnvSeed: &seed, Prompt: "What is 1/3?", Label: `\frac13`}
+		if tc.envOptions != "" {
+			req.EnvOptions = json.RawMessage(tc.envOptions)
+		}
+		g, _, err := w.newGame(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := g.reset(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		res, err := g.step(context.Background(), `so \boxed{0.333333}`)
+		if err != nil || res.Reward != tc.reward {
+			t.Errorf("worker strict %v, options %q: reward %v (%v), want %v", tc.workerStrict, tc.envOptions, res.Reward, err, tc.reward)
+		}
 	}
 }
