@@ -22,7 +22,7 @@ var familyActions = map[string][]string{
 	fifteenFamily:     {`\boxed{up}`, `\boxed{left}`, `\boxed{down}`, `\boxed{right}`},
 	game2048Family:    {`\boxed{left}`, `\boxed{up}`, `\boxed{right}`, `\boxed{down}`},
 	sokobanFamily:     {`\boxed{up}`, `\boxed{left}`, `\boxed{down}`, `\boxed{right}`},
-	mathFamily:        {`\boxed{3}`, `\boxed{2}`},
+	MathFamily:        {`\boxed{3}`, `\boxed{2}`},
 }
 
 // TestNewFromStateFullSnapshot checks, for every registered id, that a full

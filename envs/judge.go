@@ -34,10 +34,13 @@ type JudgeRequest struct {
 
 // JudgeVerdict is a judge's answer: Equal when the judge said the answers
 // are equal both ways round, and Evaluations, the JSON list of its prompts
-// and replies (NeMo Gym's judge_evaluations).
+// and replies (NeMo Gym's judge_evaluations). Error, when set, says why the
+// judge could not be asked (NeMo Gym's judge_failed): the answer then keeps
+// the grader's word.
 type JudgeVerdict struct {
 	Equal       bool
 	Evaluations json.RawMessage
+	Error       string
 }
 
 // Judged is implemented by envs whose last step may be settled by an outside

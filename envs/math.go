@@ -12,7 +12,10 @@ import (
 	"github.com/rollfleet/rollfleet/nemogym"
 )
 
-const mathFamily = "Math"
+// MathFamily is the family of the math envs, whose options include
+// "judge" (ask an outside judge about rejected answers) and "strict"
+// (grade with mathgrade's Strict options).
+const MathFamily = "Math"
 
 // Text of the math envs. mathPrompt closes the question of the GEM-style
 // env; mathRetry asks for another attempt after a wrong answer.
@@ -28,7 +31,7 @@ const (
 func mathSpecs() []Spec {
 	spec := func(id string, system bool) Spec {
 		return Spec{
-			ID: id, Family: mathFamily, Params: map[string]any{"max_attempts": 1}, MaxTurns: 1, Task: true,
+			ID: id, Family: MathFamily, Params: map[string]any{"max_attempts": 1}, MaxTurns: 1, Task: true,
 			new: func(opts map[string]json.RawMessage) (Env, error) { return newMath(opts, system) },
 		}
 	}
@@ -43,29 +46,35 @@ type mathState struct {
 	Attempts    int    `json:"attempts"`
 	// System asks the question under NeMo Gym's system prompt.
 	System bool `json:"system"`
+	// Strict grades with mathgrade's Strict options instead of NeMo Gym's
+	// (no rounded decimals, no unlabelled equations' right-hand sides).
+	Strict bool `json:"strict,omitempty"`
 	// Extracted and Reward are the grading of the last answer.
 	Extracted string  `json:"extracted"`
 	Reward    float64 `json:"reward"`
 	// Judge asks an outside judge about an answer the grader rejects (NeMo
 	// Gym's should_use_judge). Library is the grader's reward of the last
-	// answer, Boxed its last box's content while a judge is pending, and
-	// Evaluations the judge's prompts and replies.
+	// answer, Boxed its last box's content while a judge is pending,
+	// Evaluations the judge's prompts and replies, and JudgeError why the
+	// judge could not be asked.
 	Judge       bool    `json:"judge,omitempty"`
 	Library     float64 `json:"library,omitempty"`
 	Boxed       string  `json:"boxed,omitempty"`
 	Evaluations string  `json:"evaluations,omitempty"`
+	JudgeError  string  `json:"judge_error,omitempty"`
 }
 
 // mathEnv is a single-turn math problem, or a multi-turn one when
 // max_attempts > 1: a wrong answer is then told so and may be retried. Every
-// answer is graded by mathgrade, 1.0 or 0.0.
+// answer is graded by mathgrade, 1.0 or 0.0 (with the strict option, by its
+// Strict options).
 type mathEnv struct {
 	s mathState
 }
 
 func newMath(opts map[string]json.RawMessage, system bool) (Env, error) {
 	s := mathState{MaxAttempts: 1, System: system}
-	for key, dst := range map[string]any{"question": &s.Question, "answer": &s.Answer, "max_attempts": &s.MaxAttempts, "judge": &s.Judge} {
+	for key, dst := range map[string]any{"question": &s.Question, "answer": &s.Answer, "max_attempts": &s.MaxAttempts, "judge": &s.Judge, "strict": &s.Strict} {
 		if raw, ok := opts[key]; ok {
 			if err := decodeStrict(raw, dst); err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrBadOption, key, err)
@@ -106,9 +115,9 @@ func (m *mathEnv) Reset(*rand.Rand) (string, Info) {
 // returned here is the one without a judge.
 func (m *mathEnv) Step(action string) StepResult {
 	m.s.Attempts++
-	g := mathgrade.Grade(action, m.s.Answer)
+	g := mathgrade.Options{Strict: m.s.Strict}.Grade(action, m.s.Answer)
 	m.s.Extracted, m.s.Reward, m.s.Library = g.Extracted, g.Reward, g.Reward
-	m.s.Boxed, m.s.Evaluations = "", ""
+	m.s.Boxed, m.s.Evaluations, m.s.JudgeError = "", "", ""
 	if m.s.Judge && g.Reward == 0 {
 		if box, ok := lastBoxRaw(action); ok && strings.TrimSpace(box) != "" {
 			m.s.Boxed = box
@@ -137,13 +146,15 @@ func (m *mathEnv) PendingJudge() (JudgeRequest, bool) {
 }
 
 // Judge settles the last answer: rewarded when the judge said equal both
-// ways round. The verdict's evaluations are reported as judge_evaluations.
+// ways round. The verdict's evaluations are reported as judge_evaluations,
+// and a judge that failed as judge_error (the answer keeps the grader's
+// reward).
 func (m *mathEnv) Judge(v JudgeVerdict) StepResult {
 	if m.s.Boxed == "" {
 		return m.result()
 	}
-	m.s.Boxed, m.s.Evaluations = "", string(v.Evaluations)
-	if v.Equal {
+	m.s.Boxed, m.s.Evaluations, m.s.JudgeError = "", string(v.Evaluations), v.Error
+	if v.Equal && v.Error == "" {
 		m.s.Reward = 1
 	}
 	return m.result()
@@ -196,13 +207,16 @@ func (m *mathEnv) Info() Info {
 		if m.s.Evaluations != "" {
 			info["judge_evaluations"] = m.s.Evaluations
 		}
+		if m.s.JudgeError != "" {
+			info["judge_error"] = m.s.JudgeError
+		}
 	}
 	return info
 }
 
 // Snapshot returns the state as a JSON object with the keys of mathState.
 func (m *mathEnv) Snapshot() json.RawMessage {
-	b, _ := json.Marshal(m.s) // cannot fail: strings, ints and a bool
+	b, _ := json.Marshal(m.s) // cannot fail: strings, numbers and bools
 	return b
 }
 
@@ -211,19 +225,20 @@ func (m *mathEnv) Snapshot() json.RawMessage {
 func (m *mathEnv) Restore(state json.RawMessage) error {
 	obj, err := decodeObject(state)
 	if err != nil {
-		return restoreError(mathFamily, err)
+		return restoreError(MathFamily, err)
 	}
 	next := m.s
 	fields := map[string]any{
 		"question": &next.Question, "answer": &next.Answer, "max_attempts": &next.MaxAttempts,
 		"attempts": &next.Attempts, "system": &next.System, "extracted": &next.Extracted, "reward": &next.Reward,
 		"judge": &next.Judge, "library": &next.Library, "boxed": &next.Boxed, "evaluations": &next.Evaluations,
+		"judge_error": &next.JudgeError, "strict": &next.Strict,
 	}
-	if err := restoreFields(mathFamily, obj, fields); err != nil {
+	if err := restoreFields(MathFamily, obj, fields); err != nil {
 		return err
 	}
 	if err := next.validate(); err != nil {
-		return restoreError(mathFamily, err)
+		return restoreError(MathFamily, err)
 	}
 	m.s = next
 	return nil

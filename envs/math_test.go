@@ -3,6 +3,7 @@ package envs
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -151,13 +152,15 @@ func TestMathJudge(t *testing.T) {
 		name, action string
 		pending      bool
 		equal        bool
+		judgeErr     string
 		reward       float64
 	}{
-		{"rewarded: no judge", `\boxed{19}`, false, false, 1},
-		{"no box: no judge", "nineteen", false, false, 0},
-		{"blank box: no judge", `\boxed{ }`, false, false, 0},
-		{"judge says equal", `so \boxed{\text{nineteen}}`, true, true, 1},
-		{"judge says different", `\boxed{20}`, true, false, 0},
+		{"rewarded: no judge", `\boxed{19}`, false, false, "", 1},
+		{"no box: no judge", "nineteen", false, false, "", 0},
+		{"blank box: no judge", `\boxed{ }`, false, false, "", 0},
+		{"judge says equal", `so \boxed{\text{nineteen}}`, true, true, "", 1},
+		{"judge says different", `\boxed{20}`, true, false, "", 0},
+		{"judge failed", `so \boxed{\text{nineteen}}`, true, false, "generate: unavailable", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newMathEnv(t, "math", "What is 12 + 7?", "19", map[string]any{"judge": true})
@@ -172,9 +175,14 @@ func TestMathJudge(t *testing.T) {
 				if r.Reward != 0 || q.Expected != "19" || q.Question != "What is 12 + 7?" || !strings.Contains(tc.action, `\boxed{`+q.Generated+`}`) {
 					t.Fatalf("step %+v, asks %+v", r, q)
 				}
-				r = j.Judge(JudgeVerdict{Equal: tc.equal, Evaluations: json.RawMessage(`[{"x":1}]`)})
-				if r.Info["judge_evaluations"] != `[{"x":1}]` || r.Info["library_reward"] != "0" {
+				r = j.Judge(JudgeVerdict{Equal: tc.equal, Evaluations: json.RawMessage(`[{"x":1}]`), Error: tc.judgeErr})
+				if r.Info["judge_evaluations"] != `[{"x":1}]` || r.Info["library_reward"] != "0" || r.Info["judge_error"] != tc.judgeErr {
 					t.Fatalf("info %v", r.Info)
+				}
+				// The verdict survives a move to another worker.
+				moved := newMathEnv(t, "math", "other", "0", nil)
+				if err := moved.Restore(env.Snapshot()); err != nil || moved.Info()["judge_error"] != tc.judgeErr {
+					t.Fatalf("restored info %v (%v)", moved.Info(), err)
 				}
 				if _, again := j.PendingJudge(); again {
 					t.Fatal("still pending after the verdict")
@@ -184,5 +192,30 @@ func TestMathJudge(t *testing.T) {
 				t.Fatalf("result %+v, want reward %v", r, tc.reward)
 			}
 		})
+	}
+}
+
+// The strict option grades with mathgrade's Strict options: a decimal that
+// only rounds to the answer, or an unlabelled equation's right-hand side, is
+// rewarded as NeMo Gym does by default and not under strict.
+func TestMathStrict(t *testing.T) {
+	for _, tc := range []struct{ answer, action string }{
+		{`\frac13`, `\boxed{0.333333}`},
+		{"1", `\boxed{2x+z=1}`},
+	} {
+		for _, strict := range []bool{false, true} {
+			env := newMathEnv(t, "math", "q", tc.answer, map[string]any{"strict": strict})
+			env.Reset(NewRNG(1))
+			want := 1.0
+			if strict {
+				want = 0
+			}
+			if r := env.Step(tc.action); r.Reward != want || r.Info["library_reward"] != fmt.Sprint(want) {
+				t.Errorf("strict %v: %s for %s: %+v", strict, tc.action, tc.answer, r)
+			}
+		}
+	}
+	if _, err := New("math", json.RawMessage(`{"question": "q", "strict": "yes"}`)); !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "strict") {
+		t.Fatalf("a strict option that is not a bool: %v", err)
 	}
 }

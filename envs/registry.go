@@ -148,14 +148,20 @@ func IDs() []string {
 // overrides, as the keys "question" and "answer"; overrides the caller set
 // explicitly win.
 func WithTask(opts json.RawMessage, question, answer string) (json.RawMessage, error) {
+	return WithDefaults(opts, map[string]any{"question": question, "answer": answer})
+}
+
+// WithDefaults adds constructor overrides for the keys opts does not set:
+// overrides the caller set explicitly win.
+func WithDefaults(opts json.RawMessage, defaults map[string]any) (json.RawMessage, error) {
 	obj, err := decodeObject(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadOption, err)
 	}
 	if obj == nil {
-		obj = make(map[string]json.RawMessage, 2)
+		obj = make(map[string]json.RawMessage, len(defaults))
 	}
-	for k, v := range map[string]string{"question": question, "answer": answer} {
+	for k, v := range defaults {
 		if _, set := obj[k]; !set {
 			raw, err := json.Marshal(v)
 			if err != nil {

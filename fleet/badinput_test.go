@@ -22,6 +22,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
+	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
@@ -249,7 +250,10 @@ func TestMalformedMessages(t *testing.T) {
 // hostile peer would send it.
 func msgpackUnchecked(v any) ([]byte, error) { return msgpack.Marshal(v) }
 
-// faultyModel serves the stand-in's API but breaks /v1/completions.
+// faultyModel serves the stand-in's API but breaks /v1/completions: HTTP 500
+// or 400 with vLLM's error body, a cut-off body, logprobs that do not match
+// the tokens, or (fault "equal") a text saying NeMo Gym's judge verdict
+// "equal" whatever was asked.
 func faultyModel(t *testing.T, fault string) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
 	good := toyllm.New(toyllm.Options{}).Handler()
@@ -264,9 +268,12 @@ func faultyModel(t *testing.T, fault string) (*httptest.Server, *atomic.Int64) {
 		case "500":
 			w.WriteHeader(http.StatusInternalServerError)
 			io.WriteString(w, `{"object":"error","message":"engine dead","type":"InternalServerError","code":500}`)
+		case "400":
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"object":"error","message":"judge refuses","type":"BadRequestError","code":400}`)
 		case "garbage":
 			io.WriteString(w, `{"choices": [{"text": "oops", "token_ids": [1,2`)
-		case "mismatch":
+		case "mismatch", "equal":
 			rec := httptest.NewRecorder()
 			good.ServeHTTP(rec, r)
 			var body map[string]any
@@ -274,9 +281,14 @@ func faultyModel(t *testing.T, fault string) (*httptest.Server, *atomic.Int64) {
 				t.Errorf("stand-in reply: %v", err)
 				return
 			}
-			lp := body["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)
-			tl := lp["token_logprobs"].([]any)
-			lp["token_logprobs"] = tl[:len(tl)-1]
+			choice := body["choices"].([]any)[0].(map[string]any)
+			if fault == "equal" {
+				choice["text"] = "My final verdict is equivalent " + envs.JudgeEqualLabel
+			} else {
+				lp := choice["logprobs"].(map[string]any)
+				tl := lp["token_logprobs"].([]any)
+				lp["token_logprobs"] = tl[:len(tl)-1]
+			}
 			json.NewEncoder(w).Encode(body)
 		}
 	}))

@@ -127,8 +127,11 @@ type Options struct {
 	// grader rejects, both ways round, as NeMo Gym's math server does: a
 	// model name (the LLM workers' model judges; the name is recorded) or
 	// the URL of a vLLM server, which an LLM worker of its own serves on
-	// subjects under JudgePrefix.
+	// envactor.JudgeSubjects.
 	MathJudge string
+	// MathStrict grades math episodes with mathgrade's Strict options (the
+	// math envs' strict option) instead of NeMo Gym's.
+	MathStrict bool
 	// Format is the format of Out's lines: FormatOpenRLHF (when empty) or
 	// FormatNeMoGym.
 	Format string
@@ -200,10 +203,6 @@ func (o *Options) setDefaults() {
 		o.Out = io.Discard
 	}
 }
-
-// JudgePrefix is the subject prefix of the LLM worker that serves a math
-// judge given by URL (Options.MathJudge).
-const JudgePrefix = "rfjudge"
 
 // DatasetRow is one line of a dataset file: a prompt row, a math
 // question/answer row, or a NeMo Gym data item (see UnmarshalJSON).
@@ -529,18 +528,18 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		return nil, fmt.Errorf("fleet: episodes consumer: %w", err)
 	}
 	if opts.MathJudge != "" {
-		envOpts.Judge = &envactor.JudgeOptions{Model: opts.MathJudge}
-		if strings.HasPrefix(opts.MathJudge, "http://") || strings.HasPrefix(opts.MathJudge, "https://") {
-			nc, err := connect("judge")
-			if err != nil {
+		var nc *nats.Conn
+		if envactor.JudgeIsURL(opts.MathJudge) {
+			if nc, err = connect("judge"); err != nil {
 				return nil, err
 			}
-			subj := messages.NewSubjects(JudgePrefix)
-			jw, err := llm.New(nc, llm.Options{Endpoints: []string{opts.MathJudge}, Subjects: subj, Logger: opts.Logger})
-			if err != nil {
-				return nil, err
-			}
-			envOpts.Judge.Subjects = subj
+		}
+		jo, jw, err := envactor.NewJudge(nc, opts.MathJudge, messages.NewSubjects(""), opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		envOpts.Judge = jo
+		if jw != nil {
 			jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 			done := make(chan struct{})
 			go func() {
@@ -784,10 +783,8 @@ func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 	}
 	task, rollout := p.indices(idx)
 	var envOpts []byte
-	if opts.MathJudge != "" {
-		if spec, err := envs.Lookup(row.Env); err == nil && spec.Family == "Math" {
-			envOpts = []byte(`{"judge":true}`)
-		}
+	if spec, err := envs.Lookup(row.Env); err == nil && spec.Family == envs.MathFamily {
+		envOpts = mathEnvOptions(opts.MathJudge != "", opts.MathStrict)
 	}
 	return &messages.EpisodeRequest{
 		EnvOptions: envOpts,
@@ -863,4 +860,18 @@ func ParseDataset(data []byte) ([]DatasetRow, error) {
 		return nil, errors.New("no rows")
 	}
 	return rows, nil
+}
+
+// mathEnvOptions are the env options of a math episode: whether its rejected
+// answers go to the judge, and whether it is graded strictly; nil for none.
+func mathEnvOptions(judge, strict bool) []byte {
+	switch {
+	case judge && strict:
+		return []byte(`{"judge":true,"strict":true}`)
+	case judge:
+		return []byte(`{"judge":true}`)
+	case strict:
+		return []byte(`{"strict":true}`)
+	}
+	return nil
 }

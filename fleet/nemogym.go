@@ -83,7 +83,7 @@ func (p *plan) nemoRecord(t *messages.Trajectory) (*nemogym.Record, error) {
 	}
 	r.Output, r.InputTokens, r.OutputTokens = outputMessages(t)
 
-	if spec, err := envs.Lookup(t.Env); err == nil && spec.Family == "Math" || t.Info["expected_answer"] != "" {
+	if spec, err := envs.Lookup(t.Env); err == nil && spec.Family == envs.MathFamily || t.Info["expected_answer"] != "" {
 		r.Math = true
 		r.ExpectedAnswer = t.Info["expected_answer"]
 		if r.ExpectedAnswer == "" {
@@ -96,6 +96,7 @@ func (p *plan) nemoRecord(t *messages.Trajectory) (*nemogym.Record, error) {
 		if j := t.Info["judge_evaluations"]; j != "" {
 			r.JudgeEvaluations = json.RawMessage(j)
 		}
+		r.JudgeFailure = t.Info["judge_error"]
 	}
 	if r.AgentRef == nil && !r.Math {
 		r.AgentRef, _ = json.Marshal(map[string]string{"name": t.Env})

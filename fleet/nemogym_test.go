@@ -270,3 +270,132 @@ func TestNeMoGymJudge(t *testing.T) {
 		t.Fatal("no answer was judged")
 	}
 }
+
+// judgeRecord is what the judge tests read of a NeMo Gym record.
+type judgeRecord struct {
+	Reward        float64 `json:"reward"`
+	MaskSample    bool    `json:"mask_sample"`
+	FailureKind   *string `json:"failure_kind"`
+	FailureReason *string `json:"failure_reason"`
+	LibraryReward float64 `json:"library_reward"`
+	Evals         []struct {
+		Response *struct {
+			Output []struct {
+				Content []struct{ Text string }
+			}
+		} `json:"response"`
+		Error string `json:"error"`
+	} `json:"judge_evaluations"`
+}
+
+// runJudged runs the math items through a fleet whose judge is the vLLM
+// server at judge, and returns the NeMo Gym records that asked it.
+func runJudged(t *testing.T, judge string) []judgeRecord {
+	t.Helper()
+	var out bytes.Buffer
+	seed := uint64(3)
+	sum, err := Run(context.Background(), Options{
+		Dataset: filepath.Join("..", "examples", "math", "items.jsonl"), NSamples: 4, Seed: &seed, MaxLength: 1024, MaxTokens: 128,
+		Format: FormatNeMoGym, MathJudge: judge, Out: &out, DataDir: filepath.Join(t.TempDir(), "nats"),
+	})
+	if err != nil || sum.Failures != 0 || sum.Trajectories != 256 {
+		t.Fatalf("run: %v (%s)", err, sum)
+	}
+	var judged []judgeRecord
+	for line := range bytes.SplitSeq(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
+		var rec judgeRecord
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Evals != nil {
+			judged = append(judged, rec)
+		} else if rec.MaskSample || rec.FailureKind != nil {
+			t.Fatalf("a record without a judge is masked: %s", line)
+		}
+	}
+	if len(judged) == 0 {
+		t.Fatal("no answer was judged")
+	}
+	return judged
+}
+
+// A judge that says equal both ways round rewards an answer the grader
+// rejected (reward 1.0, library_reward 0.0), through the fleet's own judge
+// LLM worker in front of a vLLM server given by URL.
+func TestNeMoGymJudgeEqual(t *testing.T) {
+	judge, hits := faultyModel(t, "equal")
+	judged := runJudged(t, judge.URL)
+	for _, rec := range judged {
+		if rec.Reward != 1 || rec.LibraryReward != 0 || rec.MaskSample || len(rec.Evals) != 2 {
+			t.Fatalf("reward %v library %v masked %v, %d asks", rec.Reward, rec.LibraryReward, rec.MaskSample, len(rec.Evals))
+		}
+		for _, ev := range rec.Evals {
+			if ev.Response == nil || !envs.JudgeSaysEqual(ev.Response.Output[0].Content[0].Text) {
+				t.Fatalf("evaluation %+v", ev)
+			}
+		}
+	}
+	if n := hits.Load(); n != int64(2*len(judged)) {
+		t.Fatalf("%d judge calls for %d answers judged both ways round", n, len(judged))
+	}
+}
+
+// A judge whose calls fail settles the answer as NeMo Gym's judge_failsafe
+// does: the episode is a trajectory with the grader's reward 0.0, masked
+// (mask_sample true, failure_kind judge_failed, failure_reason the error),
+// and the failed ask is in judge_evaluations with a null response. A server
+// error or a broken reply is retried first (the model endpoint unavailable),
+// a rejected request is not (NeMo Gym retries no HTTP error either).
+func TestNeMoGymJudgeFailure(t *testing.T) {
+	for _, tc := range []struct{ fault, reason string }{
+		{"400", "judge refuses"},
+		{"500", "gave up after"},
+		{"garbage", "gave up after"},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			judge, hits := faultyModel(t, tc.fault)
+			judged := runJudged(t, judge.URL)
+			for _, rec := range judged {
+				if rec.Reward != 0 || rec.LibraryReward != 0 || !rec.MaskSample || rec.FailureKind == nil || *rec.FailureKind != "judge_failed" ||
+					rec.FailureReason == nil || !strings.Contains(*rec.FailureReason, tc.reason) {
+					t.Fatalf("record %+v", rec)
+				}
+				if len(rec.Evals) != 1 || rec.Evals[0].Response != nil || rec.Evals[0].Error != *rec.FailureReason {
+					t.Fatalf("evaluations %+v", rec.Evals)
+				}
+			}
+			if n := hits.Load(); tc.fault == "400" && n != int64(len(judged)) || n == 0 {
+				t.Fatalf("%d judge calls for %d answers", n, len(judged))
+			}
+		})
+	}
+}
+
+// Math episodes carry the run's judge and strict choices in their env
+// options; other envs carry none.
+func TestMathEnvOptions(t *testing.T) {
+	rows := []DatasetRow{{Prompt: "What is 1 + 1?", Label: "2", Env: "math"}, {Env: "game:GuessTheNumber-v0"}}
+	for _, tc := range []struct {
+		judge  string
+		strict bool
+		want   string
+	}{
+		{"", false, ""},
+		{"judge-model", false, `{"judge":true}`},
+		{"", true, `{"strict":true}`},
+		{"http://judge:8000", true, `{"judge":true,"strict":true}`},
+	} {
+		opts := Options{MathJudge: tc.judge, MathStrict: tc.strict}
+		opts.setDefaults()
+		p, err := newPlanOfRows(opts, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []string{tc.want, ""} {
+			req, err := p.request(i)
+			if err != nil || string(req.EnvOptions) != want {
+				t.Errorf("judge %q strict %v, %s: env options %s (%v), want %s", tc.judge, tc.strict, req.Env, req.EnvOptions, err, want)
+			}
+		}
+	}
+}

@@ -264,6 +264,7 @@ type Manifest struct {
 	GroupsOut         string    `json:"groups_out,omitempty"`
 	Format            string    `json:"format,omitempty"`
 	MathJudge         string    `json:"math_judge,omitempty"`
+	MathStrict        bool      `json:"math_strict,omitempty"`
 }
 
 // ManifestPath is where run's manifest is kept for an output path.

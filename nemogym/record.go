@@ -37,6 +37,10 @@ type Record struct {
 	OutputTokens int
 
 	Reward float64
+	// JudgeFailure, when set, marks a verify response whose LLM judge could
+	// not be asked: NeMo Gym's judge_failsafe row, written with mask_sample
+	// true, failure_kind "judge_failed" and this as failure_reason.
+	JudgeFailure string
 	// Math marks a math verify response: expected_answer, extracted_answer,
 	// library_reward and judge_evaluations are written (null when nil).
 	Math             bool
@@ -97,12 +101,21 @@ func AppendRecord(b []byte, r *Record) []byte {
 	b = r.appendResponse(b)
 	key("reward")
 	b = appendFloat(b, r.Reward)
-	key("mask_sample")
-	b = append(b, "false"...)
-	key("failure_kind")
-	b = append(b, "null"...)
-	key("failure_reason")
-	b = append(b, "null"...)
+	if r.JudgeFailure != "" {
+		key("mask_sample")
+		b = append(b, "true"...)
+		key("failure_kind")
+		b = appendString(b, "judge_failed")
+		key("failure_reason")
+		b = appendString(b, r.JudgeFailure)
+	} else {
+		key("mask_sample")
+		b = append(b, "false"...)
+		key("failure_kind")
+		b = append(b, "null"...)
+		key("failure_reason")
+		b = append(b, "null"...)
+	}
 	if r.Math {
 		key("expected_answer")
 		b = appendString(b, r.ExpectedAnswer)

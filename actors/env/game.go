@@ -38,6 +38,11 @@ func (w *Worker) newGame(req *messages.EpisodeRequest) (game, envs.Spec, error) 
 			return nil, spec, err
 		}
 	}
+	if w.opts.MathStrict && spec.Family == envs.MathFamily {
+		if opts, err = envs.WithDefaults(opts, map[string]any{"strict": true}); err != nil {
+			return nil, spec, err
+		}
+	}
 	env, err := envs.New(req.Env, opts)
 	if err != nil {
 		return nil, spec, err

@@ -1,10 +1,17 @@
 package env
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/rollfleet/rollfleet/actors/llm"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
 )
@@ -24,39 +31,97 @@ type JudgeOptions struct {
 	Temperature float64
 }
 
+// JudgeSubjects are the subjects of the LLM worker that serves a judge
+// given by URL, beside the fleet's on subj: the prefix with "judge" appended
+// ("rfjudge" for "rf").
+func JudgeSubjects(subj messages.Subjects) messages.Subjects {
+	return messages.NewSubjects(cmp.Or(subj.Prefix, messages.DefaultPrefix) + "judge")
+}
+
+// JudgeIsURL reports whether a judge a command line names is the URL of a
+// vLLM server (http:// or https://) rather than a model name.
+func JudgeIsURL(spec string) bool {
+	return strings.HasPrefix(spec, "http://") || strings.HasPrefix(spec, "https://")
+}
+
+// NewJudge sets up the judge a command line names (--math-judge
+// MODEL_OR_URL). A model name is asked through the fleet's LLM workers
+// (which must serve it; the name is recorded in the evaluations), and the
+// worker returned is nil. The URL of a vLLM server gets an LLM worker of its
+// own, on JudgeSubjects(subj) through nc, which the caller runs for as long
+// as the env worker asks.
+func NewJudge(nc *nats.Conn, spec string, subj messages.Subjects, log *slog.Logger) (*JudgeOptions, *llm.Worker, error) {
+	jo := &JudgeOptions{Model: spec}
+	if !JudgeIsURL(spec) {
+		return jo, nil, nil
+	}
+	jo.Subjects = JudgeSubjects(subj)
+	w, err := llm.New(nc, llm.Options{Endpoints: []string{spec}, Subjects: jo.Subjects, Logger: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("judge %s: %w", spec, err)
+	}
+	return jo, w, nil
+}
+
 // judgeAsk asks the judge once: the system and user messages, the reply.
 type judgeAsk func(ctx context.Context, system, user string) (string, error)
+
+// maxJudgeError bounds the failure text a verdict carries, as NeMo Gym's
+// judge_failsafe bounds failure_reason.
+const maxJudgeError = 2000
 
 // judgeBothWays asks the judge as NeMo Gym's math server does: expected
 // answer as A and the generated one as B, and only if the judge says equal,
 // once more the other way round. The answers are equal only when both say
 // so (a judge with a positional bias cannot reward a wrong answer alone).
 // The evaluations are the asks made, in order.
+//
+// An ask that fails (the judge's model server rejected it, or no answer came
+// within the request's retries) settles the verdict as NeMo Gym's
+// judge_failsafe does: not equal, with the failure in Error and the failed
+// ask recorded with a null response and its error. Only a worker stopping
+// (ctx done) returns an error, so the episode is handed back and asked again.
 func judgeBothWays(ctx context.Context, q envs.JudgeRequest, model string, maxTokens int32, temperature float64, ask judgeAsk) (envs.JudgeVerdict, error) {
 	var evals []json.RawMessage
-	once := func(first, second string) (bool, error) {
+	var failure error
+	once := func(first, second string) bool {
 		user := envs.JudgePrompt(q.Question, first, second)
 		reply, err := ask(ctx, envs.JudgeSystemMessage, user)
 		if err != nil {
-			return false, err
+			failure = err
+			evals = append(evals, judgeEvaluation(model, maxTokens, temperature, user, nil, err))
+			return false
 		}
-		evals = append(evals, judgeEvaluation(model, maxTokens, temperature, user, reply))
-		return envs.JudgeSaysEqual(reply), nil
+		evals = append(evals, judgeEvaluation(model, maxTokens, temperature, user, &reply, nil))
+		return envs.JudgeSaysEqual(reply)
 	}
-	equal, err := once(q.Expected, q.Generated)
-	if err == nil && equal {
-		equal, err = once(q.Generated, q.Expected)
+	equal := once(q.Expected, q.Generated)
+	if equal {
+		equal = once(q.Generated, q.Expected)
 	}
-	if err != nil {
-		return envs.JudgeVerdict{}, err
+	if failure != nil && (ctx.Err() != nil || errors.Is(failure, errStopped)) {
+		return envs.JudgeVerdict{}, failure
 	}
 	list, _ := json.Marshal(evals) // raw JSON values: cannot fail
-	return envs.JudgeVerdict{Equal: equal, Evaluations: list}, nil
+	v := envs.JudgeVerdict{Equal: equal, Evaluations: list}
+	if failure != nil {
+		v.Error = truncateUTF8(failure.Error(), maxJudgeError)
+	}
+	return v, nil
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:runeAt(s, n)]
 }
 
 // judgeEvaluation is one ask as NeMo Gym records it in judge_evaluations:
-// the responses_create_params sent and the response received.
-func judgeEvaluation(model string, maxTokens int32, temperature float64, user, reply string) json.RawMessage {
+// the responses_create_params sent and the response received. A failed ask
+// has a null response and its error.
+func judgeEvaluation(model string, maxTokens int32, temperature float64, user string, reply *string, failure error) json.RawMessage {
 	type msg struct {
 		Content string `json:"content"`
 		Role    string `json:"role"`
@@ -74,6 +139,11 @@ func judgeEvaluation(model string, maxTokens int32, temperature float64, user, r
 		Status  string `json:"status"`
 		Type    string `json:"type"`
 	}
+	type response struct {
+		Model  string   `json:"model"`
+		Object string   `json:"object"`
+		Output []outMsg `json:"output"`
+	}
 	ev := struct {
 		Params struct {
 			Input           []msg   `json:"input"`
@@ -81,16 +151,19 @@ func judgeEvaluation(model string, maxTokens int32, temperature float64, user, r
 			Model           string  `json:"model"`
 			Temperature     float64 `json:"temperature"`
 		} `json:"responses_create_params"`
-		Response struct {
-			Model  string   `json:"model"`
-			Object string   `json:"object"`
-			Output []outMsg `json:"output"`
-		} `json:"response"`
+		Response *response `json:"response"`
+		Error    string    `json:"error,omitempty"`
 	}{}
 	ev.Params.Input = []msg{{envs.JudgeSystemMessage, "system", "message"}, {user, "user", "message"}}
 	ev.Params.MaxOutputTokens, ev.Params.Model, ev.Params.Temperature = maxTokens, model, temperature
-	ev.Response.Model, ev.Response.Object = model, "response"
-	ev.Response.Output = []outMsg{{ID: "msg_judge", Content: []text{{Annotations: []any{}, Text: reply, Type: "output_text"}}, Role: "assistant", Status: "completed", Type: "message"}}
+	if reply != nil {
+		ev.Response = &response{Model: model, Object: "response", Output: []outMsg{{
+			ID: "msg_judge", Content: []text{{Annotations: []any{}, Text: *reply, Type: "output_text"}}, Role: "assistant", Status: "completed", Type: "message",
+		}}}
+	}
+	if failure != nil {
+		ev.Error = truncateUTF8(failure.Error(), maxJudgeError)
+	}
 	b, _ := json.Marshal(ev) // strings and numbers: cannot fail
 	return b
 }
@@ -147,7 +220,10 @@ func (e *episode) judge(ctx context.Context, res envs.StepResult) (envs.StepResu
 	}
 	v, err := judgeBothWays(ctx, q, jo.Model, maxTokens, jo.Temperature, ask)
 	if err != nil {
-		return res, e.fail("judge turn %d: %v", e.turn, err)
+		return res, fmt.Errorf("judge turn %d: %w", e.turn, err)
+	}
+	if v.Error != "" {
+		e.log.Warn("judge failed; the answer keeps the grader's reward", "turn", e.turn, "err", v.Error)
 	}
 	return j.Judge(v), nil
 }

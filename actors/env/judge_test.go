@@ -6,8 +6,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/messages"
 )
 
 // The judge is asked expected-first, then (only after an equal verdict) the
@@ -66,10 +68,86 @@ func TestJudgeBothWays(t *testing.T) {
 			}
 		})
 	}
-	_, err := judgeBothWays(context.Background(), q, "judge", 64, 0, func(context.Context, string, string) (string, error) {
-		return "", errors.New("down")
+}
+
+// A failed ask settles the verdict as NeMo Gym's judge_failsafe does: not
+// equal, the failure in Error, and the failed ask recorded with a null
+// response; only a stopping worker (ctx done) gets an error back.
+func TestJudgeFailure(t *testing.T) {
+	q := envs.JudgeRequest{Question: "What is 12 + 7?", Expected: "19", Generated: "nineteen"}
+	long := strings.Repeat("é", maxJudgeError)
+	for _, tc := range []struct {
+		name    string
+		replies []string // "" fails the ask
+		asks    int
+	}{
+		{"first ask fails", []string{""}, 1},
+		{"second ask fails", []string{"[[A=B]]", ""}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			v, err := judgeBothWays(context.Background(), q, "judge", 64, 0, func(context.Context, string, string) (string, error) {
+				n++
+				if r := tc.replies[n-1]; r != "" {
+					return r, nil
+				}
+				return "", errors.New("generate (invalid): HTTP 500: " + long)
+			})
+			if err != nil || v.Equal || n != tc.asks || !strings.HasPrefix(v.Error, "generate (invalid): HTTP 500: é") || len(v.Error) > maxJudgeError || !utf8.ValidString(v.Error) {
+				t.Fatalf("verdict %+v after %d asks, err %v", v, n, err)
+			}
+			var evals []struct {
+				Response *struct{} `json:"response"`
+				Error    string    `json:"error"`
+			}
+			if err := json.Unmarshal(v.Evaluations, &evals); err != nil || len(evals) != tc.asks {
+				t.Fatalf("evaluations %s: %v", v.Evaluations, err)
+			}
+			failed := evals[tc.asks-1]
+			if failed.Response != nil || failed.Error != v.Error || tc.asks == 2 && (evals[0].Response == nil || evals[0].Error != "") {
+				t.Fatalf("evaluations %s", v.Evaluations)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := judgeBothWays(ctx, q, "judge", 64, 0, func(ctx context.Context, _, _ string) (string, error) {
+		return "", ctx.Err()
 	})
-	if err == nil || !strings.Contains(err.Error(), "down") {
-		t.Fatalf("a failed ask: %v", err)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a stopping worker's ask: %v", err)
+	}
+}
+
+// A worker's MathStrict grades math episodes strictly unless their env
+// options say otherwise.
+func TestMathStrictDefault(t *testing.T) {
+	seed := uint64(1)
+	for _, tc := range []struct {
+		workerStrict bool
+		envOptions   string
+		reward       float64
+	}{
+		{false, "", 1},
+		{true, "", 0},
+		{true, `{"strict":false}`, 1},
+		{false, `{"strict":true}`, 0},
+	} {
+		w := &Worker{opts: Options{MathStrict: tc.workerStrict}}
+		req := &messages.EpisodeRequest{Env: "math", EnvSeed: &seed, Prompt: "What is 1/3?", Label: `\frac13`}
+		if tc.envOptions != "" {
+			req.EnvOptions = json.RawMessage(tc.envOptions)
+		}
+		g, _, err := w.newGame(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := g.reset(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		res, err := g.step(context.Background(), `so \boxed{0.333333}`)
+		if err != nil || res.Reward != tc.reward {
+			t.Errorf("worker strict %v, options %q: reward %v (%v), want %v", tc.workerStrict, tc.envOptions, res.Reward, err, tc.reward)
+		}
 	}
 }

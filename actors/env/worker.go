@@ -35,6 +35,10 @@ type Options struct {
 	// Judge, when set, is the LLM judge asked for the envs that want one
 	// (math episodes with the judge option); nil leaves their grader's word.
 	Judge *JudgeOptions
+	// MathStrict grades math episodes whose env options do not set "strict"
+	// with mathgrade's Strict options instead of NeMo Gym's (no rounded
+	// decimals, no unlabelled equations' right-hand sides).
+	MathStrict bool
 	// Subjects names subjects and streams (default prefix "rf").
 	Subjects messages.Subjects
 	// Durable is the shared consumer name all env workers pull from

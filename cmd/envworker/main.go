@@ -3,12 +3,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/alecthomas/kong"
 
 	envactor "github.com/rollfleet/rollfleet/actors/env"
+	"github.com/rollfleet/rollfleet/actors/llm"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/remoteenv"
 )
@@ -25,6 +28,8 @@ type cli struct {
 	MaxStaleness   int32         `default:"-1" help:"Staleness bound of episodes whose request sets none: a turn starts only while the fleet's policy version minus the first turn's is at most this (-1: none)."`
 	StalePolicy    string        `default:"drop" enum:"drop,restart,keep" help:"Past the bound, for episodes whose request says nothing: drop (a failure of kind stale), restart (play it again under the current policy) or keep (finish and flag it)."`
 	MaxRestarts    int           `default:"3" help:"Restarts of one episode under the restart policy before it is dropped as stale."`
+	MathJudge      string        `placeholder:"MODEL_OR_URL" help:"The LLM judge of math episodes that ask for one (rollout run --math-judge): a model name (the fleet's LLM workers serve it) or a vLLM URL (this process runs an LLM worker for it on subjects under the prefix with 'judge' appended). Without it such episodes keep the grader's word."`
+	MathStrict     bool          `help:"Grade math episodes whose env options do not set strict strictly: a decimal that only rounds to the expected value at 6 places and an unlabelled equation's right-hand side, which NeMo Gym's grader rewards, are wrong."`
 }
 
 func main() {
@@ -41,13 +46,28 @@ func main() {
 				return fmt.Errorf("--env: %w", err)
 			}
 		}
-		w, err := envactor.New(p.NC, p.JS, envactor.Options{
+		opts := envactor.Options{
 			Concurrency: c.Concurrency, Subjects: p.Subjects, Durable: c.Durable, Envs: hosted, Remote: remote,
 			AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, RequestTimeout: c.RequestTimeout, Logger: p.Log,
 			MaxStaleness: &c.MaxStaleness, StalePolicy: c.StalePolicy, MaxRestarts: restarts(c.MaxRestarts),
-			Tracer:  p.Tracing.Tracer("rollfleet/envworker"),
-			Metrics: p.Metrics.Env(),
-		})
+			MathStrict: c.MathStrict,
+			Tracer:     p.Tracing.Tracer("rollfleet/envworker"),
+			Metrics:    p.Metrics.Env(),
+		}
+		if c.MathJudge != "" {
+			jo, jw, err := envactor.NewJudge(p.NC, c.MathJudge, p.Subjects, p.Log)
+			if err != nil {
+				return fmt.Errorf("--math-judge: %w", err)
+			}
+			opts.Judge = jo
+			if jw != nil {
+				// Stopped after the env worker (deferred), whose last
+				// episodes may still ask it.
+				stop := runJudge(p.Ctx, jw, p.Log)
+				defer stop()
+			}
+		}
+		w, err := envactor.New(p.NC, p.JS, opts)
 		if err != nil {
 			return err
 		}
@@ -67,4 +87,17 @@ func restarts(n int) int {
 		return -1
 	}
 	return n
+}
+
+// runJudge runs the judge's LLM worker until the returned stop is called.
+func runJudge(ctx context.Context, jw *llm.Worker, log *slog.Logger) (stop func()) {
+	jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := jw.Run(jctx); err != nil {
+			log.Error("judge LLM worker stopped", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }

@@ -38,6 +38,7 @@ type runCmd struct {
 	Seed              *uint64          `help:"Seed for a reproducible run (random if unset)."`
 	Out               string           `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout), replaced only when the run finishes; with --filter only the kept groups' trajectories."`
 	MathJudge         string           `placeholder:"MODEL_OR_URL" help:"Ask an LLM judge about math answers the grader rejects, both ways round, as NeMo Gym's math server does (off by default): a model name (the run's model judges) or a vLLM URL; its prompts and verdicts go to judge_evaluations."`
+	MathStrict        bool             `help:"Grade math answers strictly: a decimal that only rounds to the expected value at 6 places (0.333333 for 1/3) and an unlabelled equation's right-hand side (2x+z=1 for 1), both of which NeMo Gym's grader rewards, are wrong."`
 	Format            string           `default:"openrlhf" enum:"openrlhf,nemo-gym" help:"Format of --out: openrlhf (trajectories with OpenRLHF's fields) or nemo-gym (results as NeMo Gym's rollout collection writes them: responses_create_params, response, reward, the verifier's fields, _ng_task_index, _ng_rollout_index, agent_ref)."`
 	FailuresOut       string           `help:"Also write failure records as JSONL to this file (replaced as --out is)."`
 	GroupsOut         string           `help:"Also write groups as JSONL to this file, one object per group with its trajectories (replaced as --out is)."`
@@ -127,7 +128,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		MaxStaleness: c.MaxStaleness, StalePolicy: c.StalePolicy,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
 		LLMMaxInFlight: int(c.LLMMaxInFlight), NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
-		Filter: filter, Remote: remote, Out: os.Stdout, Format: c.Format, MathJudge: c.MathJudge, Logger: log, RunID: run, SubmitWindow: c.SubmitWindow,
+		Filter: filter, Remote: remote, Out: os.Stdout, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict, Logger: log, RunID: run, SubmitWindow: c.SubmitWindow,
 		Tracer: exp.Tracer("rollfleet/rollout"),
 		ToyLLM: toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent},
 	}
@@ -229,7 +230,7 @@ func (c *runCmd) loadManifest() error {
 		c.FilterRange = []float64{0, 1}
 	}
 	c.FailuresOut, c.GroupsOut, c.PromptOverflow = m.FailuresOut, m.GroupsOut, cmp.Or(m.PromptOverflow, c.PromptOverflow)
-	c.Format, c.MathJudge = cmp.Or(m.Format, fleet.FormatOpenRLHF), m.MathJudge
+	c.Format, c.MathJudge, c.MathStrict = cmp.Or(m.Format, fleet.FormatOpenRLHF), m.MathJudge, m.MathStrict
 	return nil
 }
 
@@ -293,7 +294,7 @@ func (c *runCmd) openRunFiles(opts *fleet.Options) (*runFiles, error) {
 		RunID: opts.RunID, Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle,
 		ApplyChatTemplate: c.ApplyChatTemplate, NSamples: c.NSamples, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: *opts.Seed, FailuresOut: c.FailuresOut, GroupsOut: c.GroupsOut,
-		PromptOverflow: c.PromptOverflow, Format: c.Format, MathJudge: c.MathJudge,
+		PromptOverflow: c.PromptOverflow, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict,
 	}
 	if opts.Filter != nil {
 		m.Filter = []float64{opts.Filter.Low, opts.Filter.High}

@@ -23,7 +23,8 @@ var equivalentCases = []struct {
 	{`+5`, `5`, true},
 	{`0`, `-0`, true},
 	{`2`, `2.000`, true},
-	{`3`, `2.9999999999`, false},
+	{`3`, `2.9999999999`, true}, // rounds to 3 at six places; not under Strict
+	{`3`, `2.999`, false},
 	{`12345678901234567890123`, `12345678901234567890123.0`, true},
 	{`12345678901234567890123`, `12345678901234567890124`, false},
 	{`1000`, `1,000`, true},
@@ -34,13 +35,20 @@ var equivalentCases = []struct {
 	{`42`, `24`, false},
 	{`0`, `0.0`, true},
 
-	// Decimals: exact rationals.
+	// Decimals: rounded alike at six places against a number (exact under
+	// Strict, see strictCases).
 	{`0.5`, `\frac{1}{2}`, true},
 	{`.5`, `0.5`, true},
 	{`0.50`, `0.5`, true},
 	{`-.5`, `-\frac12`, true},
 	{`0.333`, `\frac{1}{3}`, false},
-	{`0.3333333333`, `\frac{1}{3}`, false},
+	{`0.3333333333`, `\frac{1}{3}`, true},
+	{`0.3333`, `\frac{1}{3}`, false},
+	{`0.333334`, `\frac{1}{3}`, false},
+	{`0.0000005`, `0`, true},  // half rounds to even: 0.000000
+	{`0.0000015`, `0`, false}, // 0.000002
+	{`0.0000025`, `0.000002`, true},
+	{`x + 0.333333`, `x + \frac13`, false}, // only numbers are rounded
 	{`0.25`, `1/4`, true},
 	{`1.5`, `3/2`, true},
 	{`2.5`, `\dfrac{5}{2}`, true},
@@ -331,6 +339,67 @@ var equivalentCases = []struct {
 	{`9999999999^{999}`, `9999999999^{999}+1`, false},
 	{`1000!`, `1000 \cdot 999!`, false},
 	{`\sqrt[1000]{2^{1000}}`, `2`, true},
+}
+
+// strictCases are pairs NeMo Gym's verifier, and so the default options,
+// take as equal and Strict does not: decimals that only round to the value,
+// and an equation whose left side is not a label against its right-hand side.
+var strictCases = []struct{ pred, expected string }{
+	{`0.333333`, `\frac13`},
+	{`1.414214`, `\sqrt2`},
+	{`3.141593`, `\pi`},
+	{`0.0000001`, `0`},
+	{`-0.333333`, `-\frac{1}{3}`},
+	{`33.3333\%`, `\frac13`},
+	{`(0.333333, 1)`, `(\frac13, 1)`},
+	{`[0.333333, 1)`, `[\frac13, 1)`},
+	{`\{0.333333, 2\}`, `\{2, \frac13\}`},
+	{`\begin{pmatrix}0.333333 & 1\end{pmatrix}`, `\begin{pmatrix}\frac13 & 1\end{pmatrix}`},
+	{`2x+z=1`, `1`},
+	{`2x=1`, `1`},
+	{`a+b = 5+5+1 = 11`, `11`},
+}
+
+// Neither mode rewards a decimal that does not round to the value at six
+// places, however close it is relatively: Strict requires both rules.
+func TestRoundedLarge(t *testing.T) {
+	for _, o := range []mathgrade.Options{{}, {Strict: true}} {
+		if o.Equivalent(`3141592.6536`, `1000000\pi`) {
+			t.Errorf("%+v: 3141592.6536 is 10^6 pi", o)
+		}
+		if !o.Equivalent(`3141592.653590`, `1000000\pi`) {
+			t.Errorf("%+v: 3141592.653590 is not 10^6 pi", o)
+		}
+	}
+}
+
+// Under Strict the pairs of strictCases differ; both modes agree on the rest
+// of equivalentCases, except the rounded ones marked there.
+func TestStrict(t *testing.T) {
+	strict := mathgrade.Options{Strict: true}
+	for _, c := range strictCases {
+		for _, ab := range [][2]string{{c.pred, c.expected}, {c.expected, c.pred}} {
+			if !mathgrade.Equivalent(ab[0], ab[1]) || strict.Equivalent(ab[0], ab[1]) {
+				t.Errorf("Equivalent(%q, %q) = %v, strict %v; want true, false", ab[0], ab[1], mathgrade.Equivalent(ab[0], ab[1]), strict.Equivalent(ab[0], ab[1]))
+			}
+		}
+		resp := `so \boxed{` + c.pred + `}`
+		if got, strictGot := mathgrade.Grade(resp, c.expected), strict.Grade(resp, c.expected); got.Reward != 1 || strictGot.Reward != 0 {
+			t.Errorf("Grade(%q, %q) = %v, strict %v; want 1, 0", resp, c.expected, got.Reward, strictGot.Reward)
+		}
+	}
+	// Grade reads only a predicted equation as its right-hand side, as
+	// math_verify does ("we follow what the gold format is").
+	if r := mathgrade.Grade(`so \boxed{1}`, `2x+z=1`); r.Reward != 0 {
+		t.Errorf("an expected equation matched its right-hand side: %+v", r)
+	}
+	rounded := map[[2]string]bool{{`3`, `2.9999999999`}: true, {`0.3333333333`, `\frac{1}{3}`}: true, {`0.0000005`, `0`}: true, {`0.0000025`, `0.000002`}: true}
+	for _, c := range equivalentCases {
+		want := c.want && !rounded[[2]string{c.pred, c.expected}]
+		if got := strict.Equivalent(c.pred, c.expected); got != want {
+			t.Errorf("strict Equivalent(%q, %q) = %v, want %v", short(c.pred), short(c.expected), got, want)
+		}
+	}
 }
 
 func TestEquivalent(t *testing.T) {

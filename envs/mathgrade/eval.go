@@ -79,6 +79,48 @@ func equalValues(a, b value) bool {
 	return d <= relTol*max(math.Abs(x), math.Abs(y)) || d <= 1e-12
 }
 
+// roundedEqual compares two values rounded to Precision decimal places, as
+// math_verify compares a sympy Float with a number: a.round(6) == b.round(6)
+// (sympy's Expr.round rounds half to even). The exact value is rounded once;
+// sympy rounds a 16-digit approximation, which differs only within 1e-15
+// (relative) of a tie. Infinities compare as in equalValues.
+func roundedEqual(a, b value) bool {
+	if a.kind == kInf || b.kind == kInf {
+		return equalValues(a, b)
+	}
+	return roundHalfEven(a.rat(), Precision).Cmp(roundHalfEven(b.rat(), Precision)) == 0
+}
+
+// rat is v as an exact rational (a float64 exactly as it is stored).
+func (v value) rat() *big.Rat {
+	if v.kind == kRat {
+		return v.r
+	}
+	return new(big.Rat).SetFloat64(v.f) // finite: floatVal refuses the rest
+}
+
+// roundHalfEven rounds r to places decimal places, ties to the even last
+// digit.
+func roundHalfEven(r *big.Rat, places int) *big.Rat {
+	scale := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(places)), nil)
+	num := new(big.Int).Mul(r.Num(), scale)
+	q, m := new(big.Int).QuoRem(num, r.Denom(), new(big.Int)) // q toward zero
+	m.Lsh(m.Abs(m), 1)
+	if c := m.Cmp(r.Denom()); c > 0 || c == 0 && q.Bit(0) == 1 {
+		q.Add(q, big.NewInt(int64(num.Sign())))
+	}
+	return new(big.Rat).SetFrac(q, scale)
+}
+
+// isDecimal reports whether n is a decimal literal, negated or not: what
+// latex2sympy reads as an atomic sympy Float.
+func isDecimal(n *node) bool {
+	if n.kind == nNeg {
+		n = n.a
+	}
+	return n.kind == nNum && n.decimal
+}
+
 // nodeKind is the operation of an expression node.
 type nodeKind uint8
 
@@ -108,8 +150,9 @@ type node struct {
 	name string
 	a, b *node
 	// intLit marks a literal written without a decimal point or exponent,
-	// for mixed numbers.
-	intLit bool
+	// for mixed numbers; decimal one written with a decimal point (not a
+	// repeating decimal), which latex2sympy reads as a sympy Float.
+	intLit, decimal bool
 }
 
 // workBudget bounds the big-number work of one Equivalent call, in units of

@@ -59,7 +59,7 @@ const maxScan = 64 << 10
 
 // Grade rewards a model response against the expected answer the way NeMo
 // Gym's math_with_judge server does with its library verifier (math_verify,
-// precision 6, no LLM judge):
+// precision 6, no LLM judge); it is [Options.Grade] with the zero options:
 //
 //  1. The response must contain a complete, non-blank \boxed{…}; without
 //     one the reward is 0 and nothing is extracted (NeMo Gym checks this
@@ -71,13 +71,18 @@ const maxScan = 64 << 10
 //     hope" first, then the rightmost of "final answer … is X" and the
 //     boxed answer, and so on by math_verify's priorities.
 //  4. The two are compared by the asymmetric rules of math_verify's verify
-//     (see [Equivalent] for the rules; the only asymmetry kept is that an
+//     (see [Equivalent] for the rules; the asymmetries kept are that an
 //     expected inequality such as "-1 < x < 2" matches a predicted interval
-//     "(-1, 2)" but not the other way round).
+//     "(-1, 2)" but not the other way round, and that a predicted equation
+//     such as "2x+z=1" is its right-hand side against an expected "1" but
+//     not the other way round).
 //
 // Result.Extracted is the extracted prediction ("" when there is none) and
 // Result.Expected is the expected answer with outer delimiters removed.
-func Grade(response, expected string) Result {
+func Grade(response, expected string) Result { return Options{}.Grade(response, expected) }
+
+// Grade is [Grade] with these options.
+func (o Options) Grade(response, expected string) Result {
 	res := Result{Expected: strings.TrimSpace(stripDelims(strings.TrimSpace(expected)))}
 	ans, err := Extract(response)
 	res.Extracted = ans
@@ -88,7 +93,7 @@ func Grade(response, expected string) Result {
 	if gold == "" {
 		return res
 	}
-	if equivalent(ans, gold, false) {
+	if o.equivalent(ans, gold, false) {
 		res.Matched = true
 		res.Reward = 1
 	}

@@ -16,6 +16,7 @@ var fuzzSeeds = []string{
 	`-793 < a < 10`, `(-793, 10)`, `x \geq 5`, `5 \leq x`, `2x+4y-3=0`, `y=-\frac12x+\frac34`,
 	`AB=4, CD=5`, `(p,q)=(3,2)`, `f(x)=1`, `1 \pm \sqrt{19}`, `\sec^2 y`, `\tan^2 y + 1`,
 	`\log_2 8`, `\sin^{-1} x`, `28 pct`, `1; 2`, `1or2`, `e^{\ln 3}`, `x = 5+5+1 = 11`,
+	`0.333333`, `\frac13`, `2x+z=1`, `1`,
 }
 
 func FuzzEquivalent(f *testing.F) {
@@ -29,14 +30,19 @@ func FuzzEquivalent(f *testing.F) {
 			// make minimization slow.
 			t.Skip()
 		}
-		ab := mathgrade.Equivalent(a, b)
-		if ba := mathgrade.Equivalent(b, a); ab != ba {
-			t.Errorf("Equivalent(%q, %q) = %v but reversed %v", a, b, ab, ba)
+		for _, o := range []mathgrade.Options{{}, {Strict: true}} {
+			ab := o.Equivalent(a, b)
+			if ba := o.Equivalent(b, a); ab != ba {
+				t.Errorf("%+v: Equivalent(%q, %q) = %v but reversed %v", o, a, b, ab, ba)
+			}
+			if mathgrade.Normalize(a) != "" && !o.Equivalent(a, a) {
+				t.Errorf("%+v: Equivalent(%q, itself) = false", o, a)
+			}
+			// Strict only takes rewards away.
+			if o.Strict && o.Grade(a, b).Reward > mathgrade.Grade(a, b).Reward {
+				t.Errorf("Grade(%q, %q) rewards under Strict only", a, b)
+			}
 		}
-		if mathgrade.Normalize(a) != "" && !mathgrade.Equivalent(a, a) {
-			t.Errorf("Equivalent(%q, itself) = false", a)
-		}
-		mathgrade.Grade(a, b)
 	})
 }
 

@@ -19,11 +19,12 @@
 //     ("0.\overline{3}"), fractions, mixed numbers ("2\frac{1}{2}" is 2.5),
 //     scientific notation. "3" equals "3.0" but not "3.01"; "0.5" equals
 //     "\frac{1}{2}"; "1,000" is one number.
-//   - A decimal equals a fraction only when it is exactly the same rational:
-//     "0.333333" is not "\frac{1}{3}". math_verify rounds both to six
-//     decimal places when one is a decimal and would reward it; rounded
-//     answers are wrong answers here, so the reward cannot be gamed by
-//     truncation (the one deliberate difference from NeMo Gym).
+//   - A decimal against a number: as math_verify does, both are rounded to
+//     [Precision] (six) decimal places, half to even, and compared, so
+//     "0.333333" is "\frac{1}{3}" and "1.414214" is "\sqrt{2}", while
+//     "0.33" and "0.333334" are not. With [Options].Strict a decimal must
+//     also be exactly the rational, or within 1e-9 of an irrational value,
+//     so a rounded or truncated number is not rewarded.
 //   - Expressions with + - * / ^ !, \frac, \binom, |x|, roots, \pi, e, and
 //     the functions sin … cot, arcsin … arctan, sinh … tanh, ln, log, log_b
 //     and exp are evaluated: exactly with big rationals while the value is
@@ -45,6 +46,9 @@
 //     the differences of their sides are proportional ("2x+4y-3=0" is
 //     "y=-\frac12x+\frac34", "5 \geq x" is "x \leq 5"); an inequality in
 //     one variable matches its interval ("-793 < a < 10" is "(-793, 10)").
+//     An equation whose left side is not a label is its right-hand side
+//     against an answer that is not an equation ("2x+z=1" is "1"), as in
+//     math_verify, except with [Options].Strict.
 //   - Multiple-choice letters match with or without parentheses or \text;
 //     words compare case-insensitively.
 //

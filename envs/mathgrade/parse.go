@@ -616,6 +616,7 @@ func number(lit string) (*node, error) {
 		}
 	}
 	intLit := mant == lit && !strings.Contains(lit, ".")
+	decimal := strings.Contains(mant, ".")
 	digits := mant
 	if k := strings.IndexByte(mant, '.'); k >= 0 {
 		digits = mant[:k] + mant[k+1:]
@@ -623,7 +624,7 @@ func number(lit string) (*node, error) {
 	}
 	digits = strings.TrimLeft(digits, "0")
 	if digits == "" {
-		return &node{kind: nNum, num: new(big.Rat), intLit: intLit}, nil
+		return &node{kind: nNum, num: new(big.Rat), intLit: intLit, decimal: decimal}, nil
 	}
 	// ~3.32 bits per digit: refuse before allocating anything large.
 	if len(digits)*3 > MaxBits || exp > MaxBits/3 || exp < -MaxBits/3 {
@@ -650,7 +651,7 @@ func number(lit string) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &node{kind: nNum, num: v.r, intLit: intLit}, nil
+	return &node{kind: nNum, num: v.r, intLit: intLit, decimal: decimal}, nil
 }
 
 // repeatingNumber is head (such as "0.1") followed by the digits rep

@@ -41,7 +41,8 @@ type shape struct {
 // comparer parses and compares a pair of answers, sharing sample points.
 type comparer struct {
 	work      budget
-	symmetric bool // relation-to-interval both ways, as in Equivalent
+	symmetric bool // the rules math_verify applies one way round both ways, as in Equivalent
+	strict    bool // Options.Strict
 	memo      map[[2]*shape]bool
 	elems     int
 	vars      map[string]bool
@@ -480,6 +481,12 @@ func (c *comparer) scalarEqual(a, b *shape) bool {
 	if a.word || b.word || a.expr == nil || b.expr == nil {
 		return false
 	}
+	// math_verify's sympy_numeric_eq: when one side is a decimal (a sympy
+	// Float) and both are numbers, both are rounded to float_rounding places
+	// and compared. Strict also compares them as every other value, so that
+	// it only takes rewards away.
+	round := (isDecimal(a.expr) || isDecimal(b.expr)) && !hasVar(a.expr) && !hasVar(b.expr)
+	exact := c.strict || !round
 	defined := 0
 	for i := range a.vals {
 		if a.errs[i] || b.errs[i] {
@@ -488,7 +495,10 @@ func (c *comparer) scalarEqual(a, b *shape) bool {
 			}
 			continue
 		}
-		if c.work.spend(sizeCost(a.vals[i], b.vals[i])) != nil || !equalValues(a.vals[i], b.vals[i]) {
+		if c.work.spend(sizeCost(a.vals[i], b.vals[i])) != nil {
+			return false
+		}
+		if round && !roundedEqual(a.vals[i], b.vals[i]) || exact && !equalValues(a.vals[i], b.vals[i]) {
 			return false
 		}
 		defined++

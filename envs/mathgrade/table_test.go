@@ -13,19 +13,28 @@ import (
 // tableCase is one line of testdata/grade_cases.jsonl: a model response, the
 // expected answer, and the reward NeMo Gym's math_with_judge library verifier
 // gives (as derived from its source and math_verify's), with the class of
-// behaviour it exercises. Kind is "match" (reward 1), "reject" (reward 0) or
-// "adversarial" (a wrong answer a lenient grader could reward; reward 0).
+// behaviour it exercises. Verdict is NeMo Gym's reward, which the default
+// options give; StrictVerdict, when set, is the reward under Strict. Kind is
+// "match" (reward 1), "reject" (reward 0), "adversarial" (a wrong answer a
+// lenient grader could reward; reward 0 in both modes) or "lenient" (a wrong
+// answer NeMo Gym rewards: reward 1 by default, 0 under Strict).
 type tableCase struct {
-	Expected   string `json:"expected"`
-	Response   string `json:"response"`
-	Verdict    int    `json:"verdict"`
-	Class      string `json:"class"`
-	Kind       string `json:"kind"`
-	Target     string `json:"target"`
-	SourceNote string `json:"source_note"`
-	// NemoVerdict is NeMo Gym's reward where rollfleet deliberately differs
-	// (a rounded decimal rewarded by math_verify's float_rounding=6), else nil.
-	NemoVerdict *int `json:"nemo_verdict"`
+	Expected      string `json:"expected"`
+	Response      string `json:"response"`
+	Verdict       int    `json:"verdict"`
+	Class         string `json:"class"`
+	Kind          string `json:"kind"`
+	Target        string `json:"target"`
+	SourceNote    string `json:"source_note"`
+	StrictVerdict *int   `json:"strict_verdict"`
+}
+
+// want is the case's reward under the given options.
+func (c *tableCase) want(o mathgrade.Options) int {
+	if o.Strict && c.StrictVerdict != nil {
+		return *c.StrictVerdict
+	}
+	return c.Verdict
 }
 
 func loadTable(t testing.TB) []tableCase {
@@ -42,8 +51,18 @@ func loadTable(t testing.TB) []tableCase {
 		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
 			t.Fatalf("line %d: %v", n, err)
 		}
-		if c.Verdict != 0 && c.Verdict != 1 || c.Kind == "adversarial" && c.Verdict != 0 {
-			t.Fatalf("line %d: bad verdict %d for kind %s", n, c.Verdict, c.Kind)
+		strict := c.want(mathgrade.Options{Strict: true})
+		ok := false
+		switch c.Kind {
+		case "match":
+			ok = c.Verdict == 1 && strict == 1
+		case "reject", "adversarial":
+			ok = c.Verdict == 0 && strict == 0
+		case "lenient":
+			ok = c.Verdict == 1 && strict == 0
+		}
+		if !ok {
+			t.Fatalf("line %d: verdict %d (strict %d) does not fit kind %q", n, c.Verdict, strict, c.Kind)
 		}
 		cases = append(cases, c)
 	}
@@ -53,19 +72,16 @@ func loadTable(t testing.TB) []tableCase {
 	return cases
 }
 
-// TestGradeTable grades every case of the table and reports, per class, how
-// many agree with NeMo Gym. A reward on a case whose verdict is 0 is a false
-// positive and fails the test; so does any disagreement.
+// TestGradeTable grades every case of the table with the default options
+// (NeMo Gym's behaviour) and with Strict, and reports per class how many
+// agree. A reward where the mode's verdict is 0 is a false positive and
+// fails the test; so does any disagreement.
 func TestGradeTable(t *testing.T) {
 	cases := loadTable(t)
-	type count struct{ match, reject, adversarial, agree int }
+	type count struct{ match, reject, adversarial, lenient, agree, agreeStrict int }
 	perClass := map[string]*count{}
-	falsePos, differ := 0, 0
+	falsePos := map[bool]int{}
 	for _, c := range cases {
-		if c.NemoVerdict != nil && *c.NemoVerdict != c.Verdict {
-			differ++
-		}
-		got := mathgrade.Grade(c.Response, c.Expected)
 		k := perClass[c.Class]
 		if k == nil {
 			k = &count{}
@@ -76,18 +92,28 @@ func TestGradeTable(t *testing.T) {
 			k.match++
 		case "reject":
 			k.reject++
-		default:
+		case "adversarial":
 			k.adversarial++
+		default:
+			k.lenient++
 		}
-		if int(got.Reward) == c.Verdict {
-			k.agree++
-			continue
-		}
-		if got.Reward == 1 {
-			falsePos++
-			t.Errorf("FALSE POSITIVE [%s/%s] %s\n  response %q\n  expected %q\n  extracted %q", c.Class, c.Target, c.SourceNote, c.Response, c.Expected, got.Extracted)
-		} else {
-			t.Errorf("missed [%s/%s] %s\n  response %q\n  expected %q\n  extracted %q", c.Class, c.Target, c.SourceNote, c.Response, c.Expected, got.Extracted)
+		for _, o := range []mathgrade.Options{{}, {Strict: true}} {
+			got := o.Grade(c.Response, c.Expected)
+			want := c.want(o)
+			if int(got.Reward) == want {
+				if o.Strict {
+					k.agreeStrict++
+				} else {
+					k.agree++
+				}
+				continue
+			}
+			what := "missed"
+			if got.Reward == 1 {
+				falsePos[o.Strict]++
+				what = "FALSE POSITIVE"
+			}
+			t.Errorf("%s (strict %v) [%s/%s] %s\n  response %q\n  expected %q\n  extracted %q", what, o.Strict, c.Class, c.Target, c.SourceNote, c.Response, c.Expected, got.Extracted)
 		}
 	}
 	classes := make([]string, 0, len(perClass))
@@ -96,19 +122,21 @@ func TestGradeTable(t *testing.T) {
 	}
 	sort.Strings(classes)
 	var total count
-	t.Logf("%-16s %6s %6s %6s %6s", "class", "match", "reject", "advers", "agree")
+	t.Logf("%-16s %6s %6s %6s %7s %6s %6s", "class", "match", "reject", "advers", "lenient", "agree", "strict")
 	for _, cl := range classes {
 		k := perClass[cl]
-		t.Logf("%-16s %6d %6d %6d %6d", cl, k.match, k.reject, k.adversarial, k.agree)
+		t.Logf("%-16s %6d %6d %6d %7d %6d %6d", cl, k.match, k.reject, k.adversarial, k.lenient, k.agree, k.agreeStrict)
 		total.match += k.match
 		total.reject += k.reject
 		total.adversarial += k.adversarial
+		total.lenient += k.lenient
 		total.agree += k.agree
+		total.agreeStrict += k.agreeStrict
 	}
-	t.Logf("%-16s %6d %6d %6d %6d of %d; false positives %d", "total", total.match, total.reject, total.adversarial, total.agree, len(cases), falsePos)
-	t.Logf("NeMo Gym gives a different reward on %d cases by design (all adversarial, rewarded by NeMo Gym): agreement with NeMo Gym %d of %d",
-		differ, len(cases)-differ, len(cases))
-	if len(cases) < 500 || total.adversarial < 100 || len(perClass) < 20 {
-		t.Errorf("table too small: %d cases, %d adversarial, %d classes", len(cases), total.adversarial, len(perClass))
+	t.Logf("%-16s %6d %6d %6d %7d %6d %6d of %d", "total", total.match, total.reject, total.adversarial, total.lenient, total.agree, total.agreeStrict, len(cases))
+	t.Logf("false positives: %d by default (agreement with NeMo Gym %d of %d), %d under Strict (which rejects the %d lenient cases NeMo Gym rewards)",
+		falsePos[false], total.agree, len(cases), falsePos[true], total.lenient)
+	if len(cases) < 600 || total.adversarial < 120 || total.lenient < 40 || len(perClass) < 20 {
+		t.Errorf("table too small: %d cases, %d adversarial, %d lenient, %d classes", len(cases), total.adversarial, total.lenient, len(perClass))
 	}
 }
