@@ -48,6 +48,9 @@ func (g *Gateway) routes() http.Handler {
 	mux.HandleFunc("POST /v1/completions", g.wrap(g.handleCompletion))
 	mux.HandleFunc("GET /v1/sessions/{id}", g.wrap(g.handleSession))
 	mux.HandleFunc("POST /v1/sessions/{id}/finish", g.wrap(g.handleFinish))
+	mux.HandleFunc("POST /v1/sessions/finish", g.wrap(g.handleFinishMatching))
+	mux.HandleFunc("POST /v1/sessions/verify", g.wrap(g.handleVerify))
+	mux.HandleFunc("POST /v1/responses", g.wrap(g.handleResponses))
 	mux.HandleFunc("DELETE /v1/sessions/{id}", g.wrap(g.handleDiscard))
 	return mux
 }
@@ -711,12 +714,54 @@ func (g *Gateway) handleFinish(w http.ResponseWriter, r *http.Request) error {
 	if err := g.readJSON(w, r, &req); err != nil {
 		return err
 	}
-	o, err := g.outcome(id, &req)
-	if err != nil {
+	if _, err := g.outcome(id, &req); err != nil {
 		return err
 	}
 	l, err := g.sessions.acquire(id, false, time.Now())
 	if err != nil {
+		return err
+	}
+	return g.finish(w, r, l, &req)
+}
+
+// handleFinishMatching finishes the one open session a finish request names by its metadata
+// (sessions opened by calls without an id keep their first call's metadata) or, with
+// session_id, by id.
+func (g *Gateway) handleFinishMatching(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		finishRequest
+		SessionID string            `json:"session_id"`
+		Metadata  map[string]string `json:"metadata"`
+	}
+	if err := g.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	var l *lease
+	var err error
+	switch {
+	case req.SessionID != "":
+		if err := checkSessionID(req.SessionID); err != nil {
+			return err
+		}
+		l, err = g.sessions.acquire(req.SessionID, false, time.Now())
+	case len(req.Metadata) > 0:
+		l, err = g.sessions.byMetadata(req.Metadata)
+	default:
+		return vllmapi.BadRequest("session_id or metadata is required to name the session")
+	}
+	if err != nil {
+		return err
+	}
+	return g.finish(w, r, l, &req.finishRequest)
+}
+
+// finish publishes the leased session's trajectories with the request's outcome and ends it;
+// on an error the session stays open.
+func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, l *lease, req *finishRequest) error {
+	id := l.s.id
+	o, err := g.outcome(id, req)
+	if err != nil {
+		l.release(false, time.Now())
 		return err
 	}
 	now := time.Now()
