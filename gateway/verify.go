@@ -62,7 +62,7 @@ func decodeVerify(body []byte) (*verifyFinish, error) {
 		}
 		v.trace = append(prompt, gen...)
 	}
-	if v.trace == nil {
+	if len(v.trace) == 0 {
 		return nil, vllmapi.BadRequest("response.output has no item with prompt_token_ids and generation_token_ids: " +
 			"the model server must return token information (vllm_model's return_token_id_information)")
 	}
