@@ -21,19 +21,19 @@ import (
 // vllm_model raises on a missing or inconsistent field, so each such check here fails the test
 // with the error it would raise.
 
-// vllmModel is the configuration of a vllm_model server (VLLMModelConfig, app.py:163-266).
+// vllmModel is the configuration of a vllm_model server (VLLMModelConfig, app.py:174-290).
 type vllmModel struct {
-	// returnTokenIDs is request_prompt_and_generation_token_ids (app.py:168): the requests
+	// returnTokenIDs is request_prompt_and_generation_token_ids (app.py:180): the requests
 	// carry return_token_ids, and the prompt ids come from the answer instead of /tokenize.
 	returnTokenIDs bool
-	// reasoningParser is uses_reasoning_parser (app.py:171).
+	// reasoningParser is uses_reasoning_parser (app.py:183).
 	reasoningParser bool
-	// chatTemplateKwargs is the configured chat_template_kwargs (app.py:194).
+	// chatTemplateKwargs is the configured chat_template_kwargs (app.py:204).
 	chatTemplateKwargs map[string]any
 }
 
 // call is one model call as vllm_model reports it: the token information it attaches to the
-// assistant message (app.py:1133-1147) and the finish reason.
+// assistant message (app.py:1062-1076) and the finish reason.
 type nemoCall struct {
 	message  map[string]any
 	prompt   []int32
@@ -45,36 +45,36 @@ type nemoCall struct {
 
 var thinkTags = regexp.MustCompile(`(?s)<think>(.*?)</think>`)
 
-// chat sends body as vllm_model's chat_completions does (app.py:943-1153) and returns what it
+// chat sends body as vllm_model's chat_completions does (app.py:873-1086) and returns what it
 // returns.
 func (v *vllmModel) chat(t *testing.T, f *fixture, body map[string]any) *nemoCall {
 	t.Helper()
-	// _preprocess_chat_completion_create_params, app.py:511-660.
-	for _, tool := range asList(body["tools"]) { // app.py:497-509: "strict" is stripped
+	// _preprocess_chat_completion_create_params, app.py:553-741.
+	for _, tool := range asList(body["tools"]) { // app.py:539-551, 569: "strict" is stripped
 		delete(tool.(map[string]any)["function"].(map[string]any), "strict")
 	}
-	body["model"] = toyllm.DefaultModel // app.py:531
+	body["model"] = toyllm.DefaultModel // app.py:576
 	kwargs := map[string]any{}
-	for k, val := range v.chatTemplateKwargs { // app.py:533-535
+	for k, val := range v.chatTemplateKwargs { // app.py:578-580
 		kwargs[k] = val
 	}
-	metadata, _ := body["metadata"].(map[string]any) // app.py:537
+	metadata, _ := body["metadata"].(map[string]any) // app.py:582
 	if s, ok := metadata["chat_template_kwargs"].(string); ok {
-		mustUnmarshal(t, s, &kwargs) // app.py:540-541
+		mustUnmarshal(t, s, &kwargs) // app.py:585-586
 	}
 	if len(kwargs) > 0 {
-		body["chat_template_kwargs"] = kwargs // app.py:543-544
+		body["chat_template_kwargs"] = kwargs // app.py:588-589
 	}
 	extraBody := map[string]any{}
 	if s, ok := metadata["extra_body"].(string); ok {
-		mustUnmarshal(t, s, &extraBody) // app.py:551-552
+		mustUnmarshal(t, s, &extraBody) // app.py:596-597
 	}
-	// return_token_id_information, app.py:562-574.
+	// return_token_id_information, app.py:607-619.
 	body["logprobs"], body["top_logprobs"], body["return_tokens_as_token_ids"] = true, 0, true
 	if v.returnTokenIDs {
 		body["return_token_ids"] = true
 	}
-	if v.reasoningParser { // app.py:576-582: reasoning moves out of re-sent assistant turns
+	if v.reasoningParser { // app.py:621-656: reasoning moves out of re-sent assistant turns
 		for _, m := range asList(body["messages"]) {
 			msg := m.(map[string]any)
 			content, isText := msg["content"].(string)
@@ -88,46 +88,46 @@ func (v *vllmModel) chat(t *testing.T, f *fixture, body map[string]any) *nemoCal
 			}
 		}
 	}
-	for k, val := range extraBody { // app.py:613-614: extra_body | body_dict
+	for k, val := range extraBody { // app.py:664-665: extra_body | body_dict
 		if _, set := body[k]; !set {
 			body[k] = val
 		}
 	}
-	r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", nil, body) // app.py:988
+	r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", nil, body) // app.py:916
 	resp := jsonValue(t, string(r.body)).(map[string]any)
-	choice := asList(resp["choices"])[0].(map[string]any) // app.py:1058
+	choice := asList(resp["choices"])[0].(map[string]any) // app.py:992
 	msg := choice["message"].(map[string]any)
 	reasoning, _ := msg["reasoning_content"].(string)
 	if reasoning == "" {
 		reasoning, _ = msg["reasoning"].(string)
 	}
-	if v.reasoningParser { // app.py:1060-1077: reasoning goes back into the content
+	if v.reasoningParser { // app.py:994-1012: reasoning goes back into the content
 		if reasoning != "" {
 			delete(msg, "reasoning_content")
 			delete(msg, "reasoning")
 			content, _ := msg["content"].(string)
 			msg["content"] = "<think>" + reasoning + "</think>" + content
 		}
-	} else if reasoning != "" { // app.py:1080-1083
+	} else if reasoning != "" { // app.py:1013-1018
 		t.Fatalf("uses_reasoning_parser is false but the answer carries reasoning %q", reasoning)
 	}
-	// return_token_id_information, app.py:1088-1153.
+	// return_token_id_information, app.py:1022-1084.
 	c := &nemoCall{message: msg, finish: choice["finish_reason"].(string), session: r.header.Get(HeaderSessionID)}
 	if _, bundled := msg["prompt_token_ids"]; bundled {
-		t.Fatal("the message carries a token bundle: vllm_model would check it against the choice (app.py:1100-1108)")
+		t.Fatal("the message carries a token bundle: vllm_model would check it against the choice (app.py:1034-1045)")
 	}
-	c.gen, c.logprobs = choiceLogprobs(t, choice) // app.py:1110, _extract_choice_logprobs app.py:1387-1416
-	prompt, hasPrompt := resp["prompt_token_ids"] // _extract_vllm_response_token_ids, app.py:1364-1385
+	c.gen, c.logprobs = choiceLogprobs(t, choice) // app.py:1047, _extract_choice_logprobs app.py:1310-1340
+	prompt, hasPrompt := resp["prompt_token_ids"] // _extract_vllm_response_token_ids, app.py:1289-1308
 	_, hasGen := choice["token_ids"]
 	switch {
 	case hasPrompt != hasGen:
-		t.Fatalf("vLLM response returned partial token metadata (app.py:1375-1377)")
+		t.Fatalf("vLLM response returned partial token metadata (app.py:1299-1301)")
 	case hasPrompt && prompt != nil:
 		c.prompt = ids(t, prompt)
-		if !slices.Equal(ids(t, choice["token_ids"]), c.gen) { // app.py:1113-1116
+		if !slices.Equal(ids(t, choice["token_ids"]), c.gen) { // app.py:1048-1053
 			t.Fatalf("vLLM response generation token IDs disagree with choice logprob token IDs")
 		}
-	default: // app.py:1118-1123: /tokenize with the prompt-affecting fields (app.py:253-260, 1418-1421)
+	default: // app.py:1054-1060: /tokenize with the prompt-affecting fields (app.py:296-303, 1343-1345)
 		tb := map[string]any{}
 		for _, k := range []string{"model", "messages", "tools", "chat_template_kwargs", "mm_processor_kwargs", "required_prefix_token_ids"} {
 			if val, ok := body[k]; ok {
@@ -142,27 +142,27 @@ func (v *vllmModel) chat(t *testing.T, f *fixture, body map[string]any) *nemoCal
 		}
 		c.prompt = tok.Tokens
 	}
-	if len(c.gen) != len(c.logprobs) { // _validate_token_bundle, app.py:1325-1331
+	if len(c.gen) != len(c.logprobs) { // _validate_token_bundle, app.py:1268-1273
 		t.Fatalf("mismatched generation token IDs and log probabilities")
 	}
-	delete(choice, "logprobs") // app.py:1141
+	delete(choice, "logprobs") // app.py:1079
 	msg["prompt_token_ids"], msg["generation_token_ids"], msg["generation_log_probs"] = c.prompt, c.gen, c.logprobs
 	return c
 }
 
 // complete sends a conversation of a system and a user message as vllm_model's completions path
-// does (use_completions_api without render_chat_template, app.py:1429-1532): a string prompt
-// with the contents joined by a blank line (app.py:1534-1565).
+// does (use_completions_api without render_chat_template, app.py:1353-1441): a string prompt
+// with the contents joined by a blank line (app.py:1443-1474).
 func (v *vllmModel) complete(t *testing.T, f *fixture, system, user string, extra map[string]any) *nemoCall {
 	t.Helper()
-	body := map[string]any{ // _build_completion_body_from_chat_body, app.py:1643-1709
+	body := map[string]any{ // _build_completion_body_from_chat_body, app.py:1551-1614
 		"model": toyllm.DefaultModel, "prompt": system + "\n\n" + user, "logprobs": 0,
 		"return_token_ids": true, "return_tokens_as_token_ids": true,
 	}
 	for k, val := range extra {
 		body[k] = val
 	}
-	r := f.must(t, http.StatusOK, http.MethodPost, "/v1/completions", nil, body) // app.py:1505
+	r := f.must(t, http.StatusOK, http.MethodPost, "/v1/completions", nil, body) // app.py:1414
 	var resp struct {
 		Choices []struct {
 			Text     string `json:"text"`
@@ -178,7 +178,7 @@ func (v *vllmModel) complete(t *testing.T, f *fixture, system, user string, extr
 	if err := r.decode(&resp); err != nil {
 		t.Fatal(err)
 	}
-	// _completion_dict_to_chat_completion, app.py:1711-1777.
+	// _completion_dict_to_chat_completion, app.py:1616-1682.
 	ch := resp.Choices[0]
 	if ch.Logprobs == nil || ch.Logprobs.TokenLogprobs == nil || ch.TokenIDs == nil || ch.PromptTokenIDs == nil {
 		t.Fatalf("requested per-token logprobs and token ids, got %s", r.body)
@@ -199,7 +199,7 @@ func (v *vllmModel) complete(t *testing.T, f *fixture, system, user string, extr
 }
 
 // choiceLogprobs reads the generated ids and logprobs from a chat choice's logprobs, which
-// must use the token_id:<id> form (app.py:1387-1416).
+// must use the token_id:<id> form (app.py:1310-1340).
 func choiceLogprobs(t *testing.T, choice map[string]any) ([]int32, []float32) {
 	t.Helper()
 	lp, ok := choice["logprobs"].(map[string]any)
