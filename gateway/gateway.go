@@ -92,6 +92,9 @@ type Options struct {
 	// carry, and so the subjects they are published on (default
 	// DefaultRun); their reader consumes that run's outputs.
 	Run string
+	// NoIdlessSessions serves calls without a session id without recording them, instead of
+	// attaching them to a session by their tokens.
+	NoIdlessSessions bool
 	// ToolCallParser reads tool calls out of chat replies when a request offers tools:
 	// ToolParserHermes (the default) or ToolParserNone.
 	ToolCallParser string

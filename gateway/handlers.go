@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -263,13 +264,41 @@ func (g *Gateway) begin(r *http.Request, f *samplingFields) (*call, error) {
 		return nil, err
 	}
 	if sid == "" {
-		return &call{key: g.nextID("req-"), scope: sessionScope(r), idless: true}, nil
+		return &call{key: g.nextID("req-"), scope: sessionScope(r), idless: !g.opts.NoIdlessSessions}, nil
 	}
 	l, err := g.sessions.acquire(sid, true, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	return &call{lease: l, key: sid}, nil
+}
+
+// Bounds on the metadata a session without an id keeps (OpenAI's own limits on metadata).
+const (
+	maxMetadataPairs       = 16
+	maxMetadataKeyLength   = 64
+	maxMetadataValueLength = 512
+)
+
+// keptMetadata is the part of a request's metadata a session keeps for finishing it by
+// metadata: the pairs within OpenAI's limits on metadata, at most maxMetadataPairs of them
+// (the smallest keys first), so that open sessions hold little besides their tokens.
+func keptMetadata(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if len(k) <= maxMetadataKeyLength && len(v) <= maxMetadataValueLength {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := make(map[string]string, min(len(keys), maxMetadataPairs))
+	for _, k := range keys[:min(len(keys), maxMetadataPairs)] {
+		out[k] = m[k]
+	}
+	return out
 }
 
 // sessionScope is the scope of a call without a session id: its API key and the
@@ -485,7 +514,7 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 	if err != nil {
 		return nil, err
 	}
-	c.metadata = req.Metadata
+	c.metadata = keptMetadata(req.Metadata)
 	c.prompt, err = g.tokenize(ctx, &messages.ChatTokenizeRequest{
 		EpisodeID: c.key, Messages: plainMessages(req.Messages), AddGenerationPrompt: req.addGenerationPrompt(),
 		ContinueFinalMessage: req.ContinueFinalMessage, AddSpecialTokens: req.AddSpecialTokens,

@@ -231,3 +231,43 @@ func TestIdlessSessionBounds(t *testing.T) {
 	}
 	_ = messages.FailureEpisode
 }
+
+// TestNoIdlessSessions serves calls without a session id unrecorded when asked to.
+func TestNoIdlessSessions(t *testing.T) {
+	f := newFixture(t, fixtureOptions{gateway: Options{NoIdlessSessions: true}})
+	r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", nil,
+		map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}, "max_tokens": 4})
+	if got := r.header.Get(HeaderSessionID); got != "" || f.gw.Stats().OpenSessions != 0 {
+		t.Errorf("session %q, %d open: want the call unrecorded", got, f.gw.Stats().OpenSessions)
+	}
+}
+
+func TestKeptMetadata(t *testing.T) {
+	long := strings.Repeat("v", maxMetadataValueLength+1)
+	many := map[string]string{}
+	for i := range maxMetadataPairs + 4 {
+		many[string(rune('a'+i))] = "x"
+	}
+	tests := []struct {
+		in   map[string]string
+		want int
+	}{
+		{nil, 0},
+		{map[string]string{"task": "1", "big": long, strings.Repeat("k", maxMetadataKeyLength+1): "v"}, 1},
+		{many, maxMetadataPairs},
+	}
+	for _, tc := range tests {
+		got := keptMetadata(tc.in)
+		if len(got) != tc.want {
+			t.Errorf("%d pairs kept of %d, want %d", len(got), len(tc.in), tc.want)
+		}
+		for k, v := range got {
+			if tc.in[k] != v {
+				t.Errorf("kept %q=%q, not in the request", k, v)
+			}
+		}
+	}
+	if got := keptMetadata(many); got["a"] != "x" || got[string(rune('a'+maxMetadataPairs))] != "" {
+		t.Errorf("kept %v: want the smallest keys", got)
+	}
+}
