@@ -654,32 +654,11 @@ var reasoningEfforts = []string{"low", "medium", "high"}
 // not for "none"; "required" and a named function need guided decoding, which the gateway
 // does not do.
 func (r *chatRequest) checkTools(parser string) error {
-	tools := bytes.TrimSpace(r.Tools)
-	if len(tools) == 0 || string(tools) == "null" || string(tools) == "[]" {
-		return nil
+	tools, err := checkToolDefs(r.Tools)
+	if err != nil || tools == nil {
+		return err
 	}
-	var defs []struct {
-		Type     string `json:"type"`
-		Function *struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(tools, &defs); err != nil {
-		return vllmapi.BadRequest("tools must be a list of tool definitions")
-	}
-	for i, d := range defs {
-		switch {
-		case d.Type != "function":
-			return vllmapi.BadRequest("tools[%d]: type must be \"function\", got %.32q", i, d.Type)
-		case d.Function == nil || d.Function.Name == "":
-			return vllmapi.BadRequest("tools[%d]: a function with a name is required", i)
-		}
-	}
-	compact, err := compactJSON(tools)
-	if err != nil {
-		return vllmapi.BadRequest("tools: %w", err)
-	}
-	r.toolsJSON = compact
+	r.toolsJSON = tools
 	choice := "auto"
 	if tc := bytes.TrimSpace(r.ToolChoice); len(tc) > 0 && string(tc) != "null" {
 		if err := json.Unmarshal(tc, &choice); err != nil {
@@ -699,6 +678,37 @@ func (r *chatRequest) checkTools(parser string) error {
 		return vllmapi.BadRequest("tool_choice must be \"auto\", \"none\" or \"required\", got %.32q", choice)
 	}
 	return nil
+}
+
+// checkToolDefs checks a request's tools, OpenAI function tools, and returns them compacted;
+// nil for none.
+func checkToolDefs(raw json.RawMessage) ([]byte, error) {
+	tools := bytes.TrimSpace(raw)
+	if len(tools) == 0 || string(tools) == "null" || string(tools) == "[]" {
+		return nil, nil
+	}
+	var defs []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(tools, &defs); err != nil {
+		return nil, vllmapi.BadRequest("tools must be a list of tool definitions")
+	}
+	for i, d := range defs {
+		switch {
+		case d.Type != "function":
+			return nil, vllmapi.BadRequest("tools[%d]: type must be \"function\", got %.32q", i, d.Type)
+		case d.Function == nil || d.Function.Name == "":
+			return nil, vllmapi.BadRequest("tools[%d]: a function with a name is required", i)
+		}
+	}
+	compact, err := compactJSON(tools)
+	if err != nil {
+		return nil, vllmapi.BadRequest("tools: %w", err)
+	}
+	return compact, nil
 }
 
 // templateKwargsWithEffort returns the request's chat_template_kwargs, with reasoning_effort

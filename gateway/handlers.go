@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -144,11 +143,11 @@ func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) error {
 		treq.AddGenerationPrompt, treq.ContinueFinalMessage = agp, req.ContinueFinalMessage
 		treq.AddSpecialTokens = req.AddSpecialTokens != nil && *req.AddSpecialTokens
 		treq.ChatTemplateKwargs = templateKwargs(req.ChatTemplateKwargs)
-		tools := chatRequest{Tools: req.Tools, ToolChoice: json.RawMessage(`"none"`)}
-		if err := tools.checkTools(g.opts.ToolCallParser); err != nil {
+		tools, err := checkToolDefs(req.Tools)
+		if err != nil {
 			return err
 		}
-		treq.Tools = tools.toolsJSON
+		treq.Tools = tools
 	default:
 		return vllmapi.BadRequest("prompt or messages is required")
 	}
