@@ -309,6 +309,14 @@ func TestNemoGymVLLMModel(t *testing.T) {
 				"seed": 13, "temperature": 1.0},
 			finish: "verify",
 		},
+		{
+			// vllm_model_for_training.yaml: a thinking model without a reasoning parser, so the
+			// reasoning stays in the content and the template reads it back out.
+			name:   "reasoning in the content, no session id",
+			vm:     vllmModel{chatTemplateKwargs: map[string]any{"enable_thinking": true}},
+			body:   map[string]any{"metadata": map[string]any{"task": "t4"}, "seed": 14, "temperature": 1.0},
+			finish: "metadata",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -325,6 +333,9 @@ func TestNemoGymVLLMModel(t *testing.T) {
 			if tc.reasoning && !strings.HasPrefix(a.calls[1].message["content"].(string), "<think>I have the tool result.\n</think>") {
 				t.Errorf("answer %q, want its reasoning wrapped back in <think> tags", a.calls[1].message["content"])
 			}
+			if thinking, _ := tc.vm.chatTemplateKwargs["enable_thinking"].(bool); thinking && !strings.Contains(a.calls[1].message["content"].(string), "</think>") {
+				t.Errorf("answer %q, want the reasoning left in the content", a.calls[1].message["content"])
+			}
 			session := a.calls[0].session
 			for _, c := range a.calls {
 				if c.session != session {
@@ -338,7 +349,7 @@ func TestNemoGymVLLMModel(t *testing.T) {
 				}
 				f.must(t, http.StatusOK, http.MethodPost, "/v1/sessions/"+session+"/finish", nil, map[string]any{"reward": 1})
 			case "metadata":
-				f.must(t, http.StatusOK, http.MethodPost, "/v1/sessions/finish", nil, map[string]any{"metadata": map[string]any{"task": "t2"}, "reward": 1})
+				f.must(t, http.StatusOK, http.MethodPost, "/v1/sessions/finish", nil, map[string]any{"metadata": tc.body["metadata"], "reward": 1})
 			case "verify":
 				f.must(t, http.StatusOK, http.MethodPost, "/v1/sessions/verify", nil, verifyResult(a.calls[len(a.calls)-1], 1))
 			}

@@ -17,7 +17,8 @@ import (
 //   - tools render into a system turn (the first message's system text, a blank line, then
 //     "# Tools" and one JSON line per tool between <tools> and </tools>);
 //   - an assistant turn with reasoning renders "<think>\n" + reasoning + "\n</think>\n\n"
-//     before its content (newlines around both trimmed, as Qwen3's template does), and each
+//     before its content (newlines around both trimmed, as Qwen3's template does; reasoning
+//     left in the content before a </think> is read out of it, as Qwen3's template does), and each
 //     tool call as "<tool_call>\n{"name": …, "arguments": …}\n</tool_call>", after a newline
 //     unless it opens an empty turn;
 //   - consecutive "tool" messages render as one user turn of <tool_response> blocks;
@@ -33,8 +34,10 @@ const (
 		"You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
 	toolsFooter = "\n</tools>\n\nFor each function call, return a json object with function name and arguments " +
 		"within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
-	thinkOpen  = "<think>\n"
-	thinkClose = "\n</think>\n\n"
+	thinkStart = "<think>"
+	thinkEnd   = "</think>"
+	thinkOpen  = thinkStart + "\n"
+	thinkClose = "\n" + thinkEnd + "\n\n"
 )
 
 // toolCall is one tool call of an assistant message.
@@ -149,11 +152,20 @@ func renderChat(in chatInput) (string, error) {
 
 // renderAssistant renders an assistant turn with its reasoning and tool calls.
 func renderAssistant(b *strings.Builder, m *chatMessage) error {
-	content := m.Content
+	content, reasoning := m.Content, m.Reasoning
+	think := reasoning != ""
+	if !think && strings.Contains(content, thinkEnd) {
+		// Reasoning left in the content, as Qwen3's template reads it: the text before the
+		// first </think> (after any <think>), and the content after the last one.
+		first, _, _ := strings.Cut(content, thinkEnd)
+		reasoning = strings.TrimLeft(lastPart(strings.TrimRight(first, "\n"), thinkStart), "\n")
+		content = lastPart(content, thinkEnd)
+		think = true
+	}
 	b.WriteString(chat.ImStart + "assistant\n")
-	if m.Reasoning != "" {
+	if think {
 		content = strings.TrimLeft(content, "\n")
-		b.WriteString(thinkOpen + strings.Trim(m.Reasoning, "\n") + thinkClose)
+		b.WriteString(thinkOpen + strings.Trim(reasoning, "\n") + thinkClose)
 	}
 	b.WriteString(content)
 	for i := range m.toolCalls {
@@ -173,6 +185,14 @@ func renderAssistant(b *strings.Builder, m *chatMessage) error {
 	}
 	b.WriteString(chat.ImEnd + "\n")
 	return nil
+}
+
+// lastPart is s after the last sep, or s without one.
+func lastPart(s, sep string) string {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[i+len(sep):]
+	}
+	return s
 }
 
 // toolLines returns each tool definition as one line of compact JSON.

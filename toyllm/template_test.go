@@ -48,6 +48,15 @@ func TestChatTemplateToolsAndReasoning(t *testing.T) {
 			want: "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nGreet.\n</think>\n\nHello<|im_end|>\n" +
 				"<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\nPart.\n</think>\n\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n",
 		},
+		{
+			name: "reasoning left in the content",
+			body: map[string]any{"messages": []map[string]any{
+				{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Greet.\n</think>\n\nHello"},
+				{"role": "assistant", "content": "<think>\nA\n</think>\n\nB</think>C"},
+			}, "add_generation_prompt": false},
+			want: "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nGreet.\n</think>\n\nHello<|im_end|>\n" +
+				"<|im_start|>assistant\n<think>\nA\n</think>\n\nC<|im_end|>\n",
+		},
 	}
 	for _, tc := range tests {
 		status, body := c.post("/tokenize", tc.body)
