@@ -4,11 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rollfleet/rollfleet/messages"
 )
 
 func TestParseHermesToolCalls(t *testing.T) {
@@ -102,18 +101,6 @@ func TestToolAndReasoningRequests(t *testing.T) {
 	}
 }
 
-// responsesOutput is the part of a Responses API answer an agent reads.
-type responsesOutput struct {
-	Object string           `json:"object"`
-	Status string           `json:"status"`
-	Output []map[string]any `json:"output"`
-	Usage  struct {
-		InputTokens  int `json:"input_tokens"`
-		OutputTokens int `json:"output_tokens"`
-		TotalTokens  int `json:"total_tokens"`
-	} `json:"usage"`
-}
-
 // TestResponsesToolEpisode points a NeMo Gym-style agent straight at POST /v1/responses: the
 // output items go back into the next input as they came (token information included), each
 // function call is answered with its output, until the model answers in text. The rollout is
@@ -129,28 +116,32 @@ func TestResponsesToolEpisode(t *testing.T) {
 			"model": "", "input": input, "tools": tools, "instructions": "Use the tools.", "seed": 43, "temperature": 1.0,
 			"max_output_tokens": 200, "chat_template_kwargs": map[string]any{"enable_thinking": true}, "metadata": map[string]any{"task": "w"},
 		})
-		var resp responsesOutput
-		if err := json.Unmarshal(r.body, &resp); err != nil {
-			t.Fatal(err)
-		}
-		if resp.Object != "response" || resp.Status != "completed" || len(resp.Output) == 0 {
+		resp := jsonValue(t, string(r.body)).(map[string]any)
+		output := asList(resp["output"])
+		if resp["object"] != "response" || resp["status"] != "completed" || len(output) == 0 {
 			t.Fatalf("turn %d: %s", turn, r.body)
 		}
-		if resp.Output[0]["type"] != "reasoning" {
-			t.Errorf("turn %d: first output item %v, want the reasoning", turn, resp.Output[0])
+		if first := output[0].(map[string]any); first["type"] != "reasoning" {
+			t.Errorf("turn %d: first output item %v, want the reasoning", turn, first)
 		}
-		last := resp.Output[len(resp.Output)-1]
-		c := &nemoCall{session: r.header.Get(HeaderSessionID), prompt: ids(t, toNumbers(t, last["prompt_token_ids"])),
-			gen: ids(t, toNumbers(t, last["generation_token_ids"]))}
+		last := output[len(output)-1].(map[string]any)
+		c := &nemoCall{session: r.header.Get(HeaderSessionID), prompt: ids(t, last["prompt_token_ids"]), gen: ids(t, last["generation_token_ids"])}
 		for _, x := range asList(last["generation_log_probs"]) {
-			c.logprobs = append(c.logprobs, float32(x.(float64)))
+			lp, err := parseFloat32(string(x.(json.Number)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.logprobs = append(c.logprobs, lp)
 		}
-		if len(c.gen) != len(c.logprobs) || len(c.prompt) == 0 || resp.Usage.InputTokens != len(c.prompt) || resp.Usage.OutputTokens != len(c.gen) {
-			t.Fatalf("turn %d: token information %d/%d/%d, usage %+v", turn, len(c.prompt), len(c.gen), len(c.logprobs), resp.Usage)
+		usage := resp["usage"].(map[string]any)
+		if len(c.gen) != len(c.logprobs) || len(c.prompt) == 0 ||
+			usage["input_tokens"] != json.Number(strconv.Itoa(len(c.prompt))) || usage["output_tokens"] != json.Number(strconv.Itoa(len(c.gen))) {
+			t.Fatalf("turn %d: token information %d/%d/%d, usage %v", turn, len(c.prompt), len(c.gen), len(c.logprobs), usage)
 		}
 		calls = append(calls, c)
 		called := false
-		for _, it := range resp.Output {
+		for _, o := range output {
+			it := o.(map[string]any)
 			input = append(input, it)
 			if it["type"] == "function_call" {
 				called = true
@@ -161,7 +152,7 @@ func TestResponsesToolEpisode(t *testing.T) {
 			}
 		}
 		if !called {
-			msg := resp.Output[len(resp.Output)-1]
+			msg := last
 			text := asList(msg["content"])[0].(map[string]any)["text"]
 			if msg["type"] != "message" || !strings.Contains(text.(string), "The tool returned: sunny, 21C") {
 				t.Errorf("answer %v", msg)
@@ -178,21 +169,6 @@ func TestResponsesToolEpisode(t *testing.T) {
 		t.Fatalf("sessions %q %q, no trajectory", calls[0].session, calls[1].session)
 	}
 	checkNemoTrajectory(t, f, tr, calls, 43, 1)
-}
-
-// toNumbers turns decoded float64s into json.Numbers for ids.
-func toNumbers(t *testing.T, v any) any {
-	t.Helper()
-	var out []any
-	for _, x := range asList(v) {
-		out = append(out, json.Number(strings.TrimSuffix(strings.TrimSuffix(jsonText(t, x), ".0"), "e+00")))
-	}
-	return out
-}
-
-func jsonText(t *testing.T, v any) string {
-	t.Helper()
-	return string(mustMarshal(t, v))
 }
 
 // TestIdlessSessionBounds checks that sessions without ids keep the bounds: MaxSessions
@@ -229,7 +205,6 @@ func TestIdlessSessionBounds(t *testing.T) {
 	if !found {
 		t.Error("no failure record for the idle session")
 	}
-	_ = messages.FailureEpisode
 }
 
 // TestNoIdlessSessions serves calls without a session id unrecorded when asked to.
