@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/rollfleet/rollfleet/internal/vllmapi"
@@ -57,7 +58,6 @@ type samplingFields struct {
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	PromptLogprobs    *int64             `json:"prompt_logprobs"`
 	Priority          int64              `json:"priority"`
-	Tools             json.RawMessage    `json:"tools"`
 	ResponseFormat    *responseFormat    `json:"response_format"`
 	GuidedJSON        json.RawMessage    `json:"guided_json"`
 	GuidedRegex       json.RawMessage    `json:"guided_regex"`
@@ -83,6 +83,21 @@ type chatRequest struct {
 	AddSpecialTokens     bool            `json:"add_special_tokens"`
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
 	ChatTemplate         *string         `json:"chat_template"`
+	// Tools are rendered by the chat template; ToolChoice and ParallelToolCalls say what is
+	// done with the tool calls the model writes.
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	// ReasoningEffort is passed to the chat template as the reasoning_effort variable.
+	ReasoningEffort *string `json:"reasoning_effort"`
+	// Metadata is the OpenAI request metadata: string values, kept on a session without an id
+	// so that a finish can name it (see sessions).
+	Metadata map[string]string `json:"metadata"`
+
+	// toolsJSON is Tools checked and compacted; parseTools whether tool calls are read from
+	// the reply. Set by checkTools.
+	toolsJSON  []byte
+	parseTools bool
 }
 
 // completionRequest is the body of POST /v1/completions.
@@ -100,6 +115,7 @@ type tokenizeRequest struct {
 	Model                string          `json:"model"`
 	Prompt               *string         `json:"prompt"`
 	Messages             []chatMessage   `json:"messages"`
+	Tools                json.RawMessage `json:"tools"`
 	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
 	ContinueFinalMessage bool            `json:"continue_final_message"`
 	AddSpecialTokens     *bool           `json:"add_special_tokens"`
@@ -155,53 +171,132 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 
 // chatMessage is a chat message whose content may be a string, null or a list of text parts,
 // as OpenAI clients send it; the parts are joined with newlines, as vLLM does for string
-// templates.
+// templates. An assistant message may carry reasoning (reasoning_content or reasoning) and
+// tool calls, a tool message the id of the call it answers.
 type chatMessage struct {
 	messages.ChatMessage
 }
 
-// UnmarshalJSON accepts content as a string, null, or a list of text parts. Tool calls are
-// refused: the gateway cannot render them through the chat template.
+// UnmarshalJSON accepts content as a string, null, or a list of text parts, and checks the
+// tool calls.
 func (m *chatMessage) UnmarshalJSON(b []byte) error {
 	var raw struct {
-		Role      string          `json:"role"`
-		Content   json.RawMessage `json:"content"`
-		ToolCalls json.RawMessage `json:"tool_calls"`
+		Role             string          `json:"role"`
+		Content          json.RawMessage `json:"content"`
+		ReasoningContent *string         `json:"reasoning_content"`
+		Reasoning        *string         `json:"reasoning"`
+		ToolCalls        json.RawMessage `json:"tool_calls"`
+		ToolCallID       *string         `json:"tool_call_id"`
+		Name             *string         `json:"name"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return errors.New("each message must be an object with a role and a content")
 	}
-	if tc := bytes.TrimSpace(raw.ToolCalls); len(tc) > 0 && string(tc) != "null" && string(tc) != "[]" {
-		return errors.New("messages with tool_calls are not supported by the gateway")
+	*m = chatMessage{messages.ChatMessage{Role: raw.Role}}
+	switch {
+	case raw.ReasoningContent != nil && raw.Reasoning != nil && *raw.ReasoningContent != *raw.Reasoning:
+		return errors.New("reasoning_content and reasoning differ")
+	case raw.ReasoningContent != nil:
+		m.Reasoning = *raw.ReasoningContent
+	case raw.Reasoning != nil:
+		m.Reasoning = *raw.Reasoning
 	}
-	m.Role = raw.Role
-	m.Content = ""
-	content := bytes.TrimSpace(raw.Content)
+	if raw.ToolCallID != nil {
+		m.ToolCallID = *raw.ToolCallID
+	}
+	if raw.Name != nil {
+		m.Name = *raw.Name
+	}
+	if tc := bytes.TrimSpace(raw.ToolCalls); len(tc) > 0 && string(tc) != "null" && string(tc) != "[]" {
+		calls, err := checkToolCalls(tc)
+		if err != nil {
+			return err
+		}
+		m.ToolCalls = calls
+	}
+	text, err := contentText(raw.Content)
+	if err != nil {
+		return err
+	}
+	m.Content = text
+	return nil
+}
+
+// contentText is a message content's text: a string, null, or text parts joined with newlines.
+func contentText(raw json.RawMessage) (string, error) {
+	content := bytes.TrimSpace(raw)
 	if len(content) == 0 || string(content) == "null" {
-		return nil
+		return "", nil
 	}
 	if content[0] == '"' {
-		if err := json.Unmarshal(content, &m.Content); err != nil {
-			return fmt.Errorf("message content: %w", err)
+		var s string
+		if err := json.Unmarshal(content, &s); err != nil {
+			return "", fmt.Errorf("message content: %w", err)
 		}
-		return nil
+		return s, nil
 	}
 	var parts []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}
 	if err := json.Unmarshal(content, &parts); err != nil {
-		return errors.New("message content must be a string or a list of text parts")
+		return "", errors.New("message content must be a string or a list of text parts")
 	}
 	texts := make([]string, len(parts))
 	for i, p := range parts {
-		if p.Type != "text" {
-			return fmt.Errorf("message content part of type %.32q is not supported", p.Type)
+		switch p.Type {
+		case "text", "input_text", "output_text":
+		default:
+			return "", fmt.Errorf("message content part of type %.32q is not supported", p.Type)
 		}
 		texts[i] = p.Text
 	}
-	m.Content = strings.Join(texts, "\n")
-	return nil
+	return strings.Join(texts, "\n"), nil
+}
+
+// apiToolCall is a tool call in the OpenAI chat API.
+type apiToolCall struct {
+	ID       string          `json:"id"`
+	Type     string          `json:"type"`
+	Function apiToolFunction `json:"function"`
+}
+
+// apiToolFunction is the function a tool call calls; Arguments is the arguments' JSON text.
+type apiToolFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// checkToolCalls checks an assistant message's tool calls and returns them compacted.
+func checkToolCalls(raw []byte) (json.RawMessage, error) {
+	var calls []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &calls); err != nil {
+		return nil, errors.New("tool_calls must be a list of tool calls")
+	}
+	for i, c := range calls {
+		switch {
+		case c.Type != "" && c.Type != "function":
+			return nil, fmt.Errorf("tool_calls[%d]: type %.32q is not supported", i, c.Type)
+		case c.Function == nil || c.Function.Name == "":
+			return nil, fmt.Errorf("tool_calls[%d]: a function with a name is required", i)
+		}
+	}
+	return compactJSON(raw)
+}
+
+// compactJSON returns raw without insignificant whitespace.
+func compactJSON(raw []byte) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // promptInput is a completion prompt: a string or a list of token ids. A batch of one prompt
@@ -309,8 +404,6 @@ func (f *samplingFields) refused() error {
 		return vllmapi.BadRequest("prompt_logprobs is not supported by the gateway")
 	case f.Priority != 0:
 		return vllmapi.BadRequest("priority is not supported by the gateway")
-	case nonNull(f.Tools) && string(bytes.TrimSpace(f.Tools)) != "[]":
-		return vllmapi.BadRequest("tools are not supported by the gateway")
 	case f.ResponseFormat != nil && f.ResponseFormat.Type != "" && f.ResponseFormat.Type != "text":
 		return vllmapi.BadRequest("response_format %.32q is not supported by the gateway", f.ResponseFormat.Type)
 	case nonNull(f.GuidedJSON), nonNull(f.GuidedRegex), nonNull(f.GuidedChoice), nonNull(f.GuidedGrammar), nonNull(f.StructuredOutputs):
@@ -551,4 +644,95 @@ func maxTokens(requested *int64, promptLen, maxLen int, fallback int64, fillWind
 			maxLen, int64(promptLen)+n, promptLen, n)
 	}
 	return int32(min(n, math.MaxInt32)), nil
+}
+
+// reasoningEfforts are the reasoning_effort values passed to the chat template.
+var reasoningEfforts = []string{"low", "medium", "high"}
+
+// checkTools checks the request's tools and tool_choice against the gateway's tool-call
+// parser, as vLLM does: tool calls are parsed for tool_choice "auto" (the default with tools),
+// not for "none"; "required" and a named function need guided decoding, which the gateway
+// does not do.
+func (r *chatRequest) checkTools(parser string) error {
+	tools, err := checkToolDefs(r.Tools)
+	if err != nil || tools == nil {
+		return err
+	}
+	r.toolsJSON = tools
+	choice := "auto"
+	if tc := bytes.TrimSpace(r.ToolChoice); len(tc) > 0 && string(tc) != "null" {
+		if err := json.Unmarshal(tc, &choice); err != nil {
+			return vllmapi.BadRequest("tool_choice naming a function is not supported by the gateway: it needs guided decoding (use \"auto\" or \"none\")")
+		}
+	}
+	switch choice {
+	case "none":
+	case "auto":
+		if parser == ToolParserNone {
+			return vllmapi.BadRequest("\"auto\" tool choice requires a tool-call parser: start the gateway with --tool-call-parser %s", ToolParserHermes)
+		}
+		r.parseTools = true
+	case "required":
+		return vllmapi.BadRequest("tool_choice \"required\" is not supported by the gateway: it needs guided decoding (use \"auto\" or \"none\")")
+	default:
+		return vllmapi.BadRequest("tool_choice must be \"auto\", \"none\" or \"required\", got %.32q", choice)
+	}
+	return nil
+}
+
+// checkToolDefs checks a request's tools, OpenAI function tools, and returns them compacted;
+// nil for none.
+func checkToolDefs(raw json.RawMessage) ([]byte, error) {
+	tools := bytes.TrimSpace(raw)
+	if len(tools) == 0 || string(tools) == "null" || string(tools) == "[]" {
+		return nil, nil
+	}
+	var defs []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(tools, &defs); err != nil {
+		return nil, vllmapi.BadRequest("tools must be a list of tool definitions")
+	}
+	for i, d := range defs {
+		switch {
+		case d.Type != "function":
+			return nil, vllmapi.BadRequest("tools[%d]: type must be \"function\", got %.32q", i, d.Type)
+		case d.Function == nil || d.Function.Name == "":
+			return nil, vllmapi.BadRequest("tools[%d]: a function with a name is required", i)
+		}
+	}
+	compact, err := compactJSON(tools)
+	if err != nil {
+		return nil, vllmapi.BadRequest("tools: %w", err)
+	}
+	return compact, nil
+}
+
+// templateKwargsWithEffort returns the request's chat_template_kwargs, with reasoning_effort
+// added as the template variable of that name (as vLLM passes it) unless the kwargs set it.
+func (r *chatRequest) templateKwargsWithEffort() ([]byte, error) {
+	kw := templateKwargs(r.ChatTemplateKwargs)
+	if r.ReasoningEffort == nil {
+		return kw, nil
+	}
+	if !slices.Contains(reasoningEfforts, *r.ReasoningEffort) {
+		return nil, vllmapi.BadRequest("reasoning_effort must be one of %q, got %.32q", reasoningEfforts, *r.ReasoningEffort)
+	}
+	m := map[string]json.RawMessage{}
+	if len(kw) > 0 {
+		if err := json.Unmarshal(kw, &m); err != nil {
+			return nil, vllmapi.BadRequest("chat_template_kwargs: %w", err)
+		}
+	}
+	if _, set := m["reasoning_effort"]; !set {
+		m["reasoning_effort"], _ = json.Marshal(*r.ReasoningEffort)
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: chat_template_kwargs: %w", err)
+	}
+	return out, nil
 }

@@ -1,8 +1,8 @@
 // Package gateway is an OpenAI-compatible HTTP server in front of the LLM workers: an agent
 // that speaks vLLM's API (a NeMo Gym agent, an OpenAI client) calls it as it would call vLLM,
-// and every call is routed over NATS to the LLM workers, token ids in and out. Calls that
-// carry a session id are recorded as the session's token trace, and finishing the session
-// publishes that trace as trajectories in exactly the form the trainer consumes.
+// and every call is routed over NATS to the LLM workers, token ids in and out. Every call is
+// recorded in a session's token trace, and finishing the session publishes that trace as
+// trajectories in exactly the form the trainer consumes.
 //
 // # Endpoints
 //
@@ -12,8 +12,11 @@
 //	POST   /detokenize
 //	POST   /v1/chat/completions        messages → tokenize → generate
 //	POST   /v1/completions             a token-id or text prompt → generate
+//	POST   /v1/responses               the Responses API, served by the chat path
 //	GET    /v1/sessions/{id}           a session's calls, tokens and segments
 //	POST   /v1/sessions/{id}/finish    publish the session's trajectories with a reward
+//	POST   /v1/sessions/finish         the same for the session named by metadata or session_id
+//	POST   /v1/sessions/verify         the same for the session a NeMo Gym verify result ends
 //	DELETE /v1/sessions/{id}           discard the session (a failure record says so)
 //
 // Requests and responses have vLLM's field names and defaults. Each request carries its own
@@ -23,8 +26,12 @@
 // continue_final_message and chat_template_kwargs. Responses carry the model's real
 // finish_reason, logprobs of the sampled tokens (as "token_id:<id>" strings with
 // return_tokens_as_token_ids), token_ids and prompt_token_ids with return_token_ids, and
-// usage. Features the gateway cannot honour (n > 1, top alternatives in logprobs, streaming,
-// tools, guided decoding, ...) are refused with a 400 rather than ignored. Errors have vLLM's
+// usage. Tools are rendered by the model's template and the model's tool calls are parsed
+// into tool_calls (Options.ToolCallParser, Hermes/Qwen format); reasoning of re-sent assistant
+// turns is rendered too and split out of replies (Options.ReasoningParser, Qwen3's <think>);
+// reasoning_effort is passed to the template. Features the gateway cannot honour (n > 1, top
+// alternatives in logprobs, streaming, tool_choice "required", guided decoding, ...) are
+// refused with a 400 rather than ignored. Errors have vLLM's
 // body, {"error": {"message", "type", "param", "code"}}, with 400 for a bad request or a
 // prompt beyond the context window, 404 for an unknown model or session, 409 for a session in
 // use or already ended, 413 for a body over the size limit, 429 when too many sessions are
@@ -33,7 +40,11 @@
 // # Sessions
 //
 // A call names its session with the X-Session-ID header, a session_id member or
-// extra_body.session_id. The first call opens the session. Each call appends to the session's
+// extra_body.session_id. The first call opens the session. A call naming none attaches to the
+// open session of its scope (API key and X-Session-Scope header) whose trace its prompt
+// extends, the longest, or opens one with a generated id (echoed in X-Session-ID); such a
+// session can be finished by its id, by the metadata of its first call, or by a verify result
+// carrying its last call's tokens. Each call appends to the session's
 // trace the prompt tokens beyond the trace (non-action tokens, logprob 0), then the completion
 // as one action range with its logprobs. A prompt that does not start with the trace (the
 // client edited the history, or re-tokenizing the text gave other tokens) starts a new segment;

@@ -12,6 +12,8 @@ import (
 // Sentinel errors. Errors the gateway returns or answers with wrap at most one of them; match
 // them with errors.Is.
 var (
+	// ErrBadOption means an Options value is not one New accepts.
+	ErrBadOption = errors.New("bad option")
 	// ErrNoWorker means no LLM worker answered a request: none is subscribed (HTTP 503).
 	ErrNoWorker = errors.New("gateway: no LLM worker answered")
 	// ErrTimeout means the LLM workers did not answer within Options.RequestTimeout (HTTP 504).
@@ -26,6 +28,9 @@ var (
 	// ErrSessionFinished means the session was finished, discarded or expired recently; its id
 	// cannot be used again until Options.FinishedTTL has passed (HTTP 409).
 	ErrSessionFinished = errors.New("gateway: session already ended")
+	// ErrSessionAmbiguous means a finish names a session by its metadata or tokens and more
+	// than one open session matches (HTTP 409).
+	ErrSessionAmbiguous = errors.New("gateway: more than one session matches")
 	// ErrSessionBusy means another call or finish on the same session is in progress: calls on
 	// one session must be sequential (HTTP 409).
 	ErrSessionBusy = errors.New("gateway: another request on this session is in progress")
@@ -50,7 +55,7 @@ func statusOf(err error) int {
 		return http.StatusBadGateway
 	case errors.Is(err, ErrSessionNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, ErrSessionFinished), errors.Is(err, ErrSessionBusy):
+	case errors.Is(err, ErrSessionFinished), errors.Is(err, ErrSessionBusy), errors.Is(err, ErrSessionAmbiguous):
 		return http.StatusConflict
 	case errors.Is(err, ErrTooManySessions):
 		return http.StatusTooManyRequests

@@ -92,6 +92,15 @@ type Options struct {
 	// carry, and so the subjects they are published on (default
 	// DefaultRun); their reader consumes that run's outputs.
 	Run string
+	// NoIdlessSessions serves calls without a session id without recording them, instead of
+	// attaching them to a session by their tokens.
+	NoIdlessSessions bool
+	// ToolCallParser reads tool calls out of chat replies when a request offers tools:
+	// ToolParserHermes (the default) or ToolParserNone.
+	ToolCallParser string
+	// ReasoningParser splits reasoning out of chat replies: ReasoningParserNone (the default,
+	// as vLLM without --reasoning-parser) or ReasoningParserQwen3.
+	ReasoningParser string
 	// Streams configures the streams created when missing.
 	Streams bus.StreamOptions
 	// Logger defaults to slog.Default().
@@ -112,6 +121,8 @@ func (o *Options) setDefaults() {
 	o.MaxSessions = positiveOr(o.MaxSessions, DefaultMaxSessions)
 	o.MaxSessionTokens = positiveOr(o.MaxSessionTokens, DefaultMaxSessionTokens)
 	o.MaxBodyBytes = positiveOr(o.MaxBodyBytes, DefaultMaxBodyBytes)
+	o.ToolCallParser = cmp.Or(o.ToolCallParser, ToolParserHermes)
+	o.ReasoningParser = cmp.Or(o.ReasoningParser, ReasoningParserNone)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -176,6 +187,12 @@ func New(nc *nats.Conn, opts Options) (*Gateway, error) {
 	}
 	if opts.Env != "" && len(opts.Env) > messages.MaxIDLength {
 		return nil, fmt.Errorf("gateway: Env is %d bytes, longer than %d", len(opts.Env), messages.MaxIDLength)
+	}
+	if opts.ToolCallParser != ToolParserHermes && opts.ToolCallParser != ToolParserNone {
+		return nil, fmt.Errorf("gateway: %w: tool-call parser %q (want %s or %s)", ErrBadOption, opts.ToolCallParser, ToolParserHermes, ToolParserNone)
+	}
+	if opts.ReasoningParser != ReasoningParserQwen3 && opts.ReasoningParser != ReasoningParserNone {
+		return nil, fmt.Errorf("gateway: %w: reasoning parser %q (want %s or %s)", ErrBadOption, opts.ReasoningParser, ReasoningParserQwen3, ReasoningParserNone)
 	}
 	if opts.MaxModelLen < 0 {
 		return nil, fmt.Errorf("gateway: MaxModelLen %d is negative", opts.MaxModelLen)

@@ -3,10 +3,14 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -26,6 +30,9 @@ const (
 	// HeaderDrift is "true" when the call's prompt did not extend the session's trace, so the
 	// call began a new segment.
 	HeaderDrift = "X-Session-Drift"
+	// HeaderSessionScope narrows where a call without a session id looks for the session it
+	// continues, besides the API key (see store.attach).
+	HeaderSessionScope = "X-Session-Scope"
 )
 
 // tokenIDPrefix starts each token string when return_tokens_as_token_ids is set.
@@ -41,6 +48,9 @@ func (g *Gateway) routes() http.Handler {
 	mux.HandleFunc("POST /v1/completions", g.wrap(g.handleCompletion))
 	mux.HandleFunc("GET /v1/sessions/{id}", g.wrap(g.handleSession))
 	mux.HandleFunc("POST /v1/sessions/{id}/finish", g.wrap(g.handleFinish))
+	mux.HandleFunc("POST /v1/sessions/finish", g.wrap(g.handleFinishMatching))
+	mux.HandleFunc("POST /v1/sessions/verify", g.wrap(g.handleVerify))
+	mux.HandleFunc("POST /v1/responses", g.wrap(g.handleResponses))
 	mux.HandleFunc("DELETE /v1/sessions/{id}", g.wrap(g.handleDiscard))
 	return mux
 }
@@ -133,6 +143,11 @@ func (g *Gateway) handleTokenize(w http.ResponseWriter, r *http.Request) error {
 		treq.AddGenerationPrompt, treq.ContinueFinalMessage = agp, req.ContinueFinalMessage
 		treq.AddSpecialTokens = req.AddSpecialTokens != nil && *req.AddSpecialTokens
 		treq.ChatTemplateKwargs = templateKwargs(req.ChatTemplateKwargs)
+		tools, err := checkToolDefs(req.Tools)
+		if err != nil {
+			return err
+		}
+		treq.Tools = tools
 	default:
 		return vllmapi.BadRequest("prompt or messages is required")
 	}
@@ -222,8 +237,13 @@ func sessionID(r *http.Request, f *samplingFields) (string, error) {
 
 // call is one model call being served.
 type call struct {
-	lease *lease // nil without a session
+	lease *lease // nil until the session is known
 	key   string // the session id, or a request id: the routing key of the LLM workers
+	// scope is set for a call without a session id: its session is found by its prompt
+	// among that scope's sessions once the prompt is known.
+	scope    string
+	idless   bool
+	metadata map[string]string
 
 	prompt     []int32
 	promptText string
@@ -243,13 +263,49 @@ func (g *Gateway) begin(r *http.Request, f *samplingFields) (*call, error) {
 		return nil, err
 	}
 	if sid == "" {
-		return &call{key: g.nextID("req-")}, nil
+		return &call{key: g.nextID("req-"), scope: sessionScope(r), idless: !g.opts.NoIdlessSessions}, nil
 	}
 	l, err := g.sessions.acquire(sid, true, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	return &call{lease: l, key: sid}, nil
+}
+
+// Bounds on the metadata a session without an id keeps (OpenAI's own limits on metadata).
+const (
+	maxMetadataPairs       = 16
+	maxMetadataKeyLength   = 64
+	maxMetadataValueLength = 512
+)
+
+// keptMetadata is the part of a request's metadata a session keeps for finishing it by
+// metadata: the pairs within OpenAI's limits on metadata, at most maxMetadataPairs of them
+// (the smallest keys first), so that open sessions hold little besides their tokens.
+func keptMetadata(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if len(k) <= maxMetadataKeyLength && len(v) <= maxMetadataValueLength {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := make(map[string]string, min(len(keys), maxMetadataPairs))
+	for _, k := range keys[:min(len(keys), maxMetadataPairs)] {
+		out[k] = m[k]
+	}
+	return out
+}
+
+// sessionScope is the scope of a call without a session id: its API key and the
+// X-Session-Scope header. Only the key's hash is kept.
+func sessionScope(r *http.Request) string {
+	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8]) + "\x00" + r.Header.Get(HeaderSessionScope)
 }
 
 // end gives the call's session back.
@@ -261,6 +317,13 @@ func (c *call) end() {
 
 // run generates the completion and records it in the session.
 func (g *Gateway) run(ctx context.Context, c *call) error {
+	if c.idless {
+		l, err := g.sessions.attach(c.scope, c.prompt, c.metadata, func() string { return g.nextID("auto-") }, time.Now())
+		if err != nil {
+			return err
+		}
+		c.lease, c.key = l, l.s.id
+	}
 	turn := 0
 	if c.lease != nil {
 		if err := c.lease.reserve(c.prompt, c.maxTokens); err != nil {
@@ -346,10 +409,11 @@ type chatChoice struct {
 }
 
 type chatOut struct {
-	Role             string  `json:"role"`
-	Content          string  `json:"content"`
-	ReasoningContent *string `json:"reasoning_content"`
-	ToolCalls        []any   `json:"tool_calls"`
+	Role             string        `json:"role"`
+	Content          *string       `json:"content"`
+	ReasoningContent *string       `json:"reasoning_content"`
+	Reasoning        *string       `json:"reasoning"`
+	ToolCalls        []apiToolCall `json:"tool_calls"`
 }
 
 type chatLogprobs struct {
@@ -404,34 +468,11 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer c.end()
-	ctx := r.Context()
-	c.prompt, err = g.tokenize(ctx, &messages.ChatTokenizeRequest{
-		EpisodeID: c.key, Messages: plainMessages(req.Messages), AddGenerationPrompt: req.addGenerationPrompt(),
-		ContinueFinalMessage: req.ContinueFinalMessage, AddSpecialTokens: req.AddSpecialTokens,
-		ChatTemplateKwargs: templateKwargs(req.ChatTemplateKwargs),
-	}, "")
+	out, err := g.chatTurn(r.Context(), c, req, model)
 	if err != nil {
 		return err
 	}
-	if len(c.prompt) == 0 {
-		return vllmapi.BadRequest("the rendered prompt is empty")
-	}
-	requested := req.MaxCompletionTokens
-	if requested == nil {
-		requested = req.MaxTokens
-	}
-	if c.maxTokens, err = maxTokens(requested, len(c.prompt), int(model.MaxModelLen), fallbackMaxTokens, true); err != nil {
-		return err
-	}
-	c.pieces = req.Logprobs
-	c.promptText = req.Messages[len(req.Messages)-1].Content
-	if err := g.run(ctx, c); err != nil {
-		return err
-	}
-	choice := chatChoice{
-		Message:      chatOut{Role: "assistant", Content: c.reply.Text, ToolCalls: []any{}},
-		FinishReason: c.reply.FinishReason,
-	}
+	choice := chatChoice{Message: out.message, FinishReason: out.finish}
 	if req.Logprobs {
 		lp := &chatLogprobs{Content: make([]chatLogprob, len(c.reply.Tokens))}
 		for i := range c.reply.Tokens {
@@ -453,6 +494,75 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 	c.setHeaders(w)
 	writeJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// chatOutcome is a chat completion's reply as the parsers read it.
+type chatOutcome struct {
+	message chatOut
+	finish  string
+}
+
+// chatTurn renders and tokenizes a chat request's messages and tools on the model server,
+// generates the completion, records it in the call's session and parses the reply: reasoning
+// first, then tool calls, as vLLM's parsers run.
+func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model messages.ModelInfo) (*chatOutcome, error) {
+	if err := req.checkTools(g.opts.ToolCallParser); err != nil {
+		return nil, err
+	}
+	kwargs, err := req.templateKwargsWithEffort()
+	if err != nil {
+		return nil, err
+	}
+	c.metadata = keptMetadata(req.Metadata)
+	c.prompt, err = g.tokenize(ctx, &messages.ChatTokenizeRequest{
+		EpisodeID: c.key, Messages: plainMessages(req.Messages), AddGenerationPrompt: req.addGenerationPrompt(),
+		ContinueFinalMessage: req.ContinueFinalMessage, AddSpecialTokens: req.AddSpecialTokens,
+		ChatTemplateKwargs: kwargs, Tools: req.toolsJSON,
+	}, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(c.prompt) == 0 {
+		return nil, vllmapi.BadRequest("the rendered prompt is empty")
+	}
+	requested := req.MaxCompletionTokens
+	if requested == nil {
+		requested = req.MaxTokens
+	}
+	if c.maxTokens, err = maxTokens(requested, len(c.prompt), int(model.MaxModelLen), fallbackMaxTokens, true); err != nil {
+		return nil, err
+	}
+	c.pieces = req.Logprobs
+	c.promptText = req.Messages[len(req.Messages)-1].Content
+	if err := g.run(ctx, c); err != nil {
+		return nil, err
+	}
+	out := &chatOutcome{message: chatOut{Role: "assistant", ToolCalls: []apiToolCall{}}, finish: c.reply.FinishReason}
+	content := c.reply.Text
+	if g.opts.ReasoningParser == ReasoningParserQwen3 {
+		if reasoning, rest, ok := splitQwen3Reasoning(content); ok {
+			out.message.ReasoningContent, out.message.Reasoning = &reasoning, &reasoning
+			content = rest
+		}
+	}
+	if req.parseTools {
+		if rest, calls, ok := parseHermesToolCalls(content); ok {
+			if req.ParallelToolCalls != nil && !*req.ParallelToolCalls {
+				calls = calls[:1]
+			}
+			for _, pc := range calls {
+				out.message.ToolCalls = append(out.message.ToolCalls, apiToolCall{
+					ID: g.nextID("chatcmpl-tool-"), Type: "function", Function: apiToolFunction{Name: pc.name, Arguments: pc.arguments},
+				})
+			}
+			content = rest
+			out.finish = "tool_calls"
+		}
+	}
+	if content != "" || (len(out.message.ToolCalls) == 0 && out.message.ReasoningContent == nil) {
+		out.message.Content = &content
+	}
+	return out, nil
 }
 
 // textBytes is a token's text as the list of its UTF-8 bytes.
@@ -632,12 +742,54 @@ func (g *Gateway) handleFinish(w http.ResponseWriter, r *http.Request) error {
 	if err := g.readJSON(w, r, &req); err != nil {
 		return err
 	}
-	o, err := g.outcome(id, &req)
-	if err != nil {
+	if _, err := g.outcome(id, &req); err != nil {
 		return err
 	}
 	l, err := g.sessions.acquire(id, false, time.Now())
 	if err != nil {
+		return err
+	}
+	return g.finish(w, r, l, &req)
+}
+
+// handleFinishMatching finishes the one open session a finish request names by its metadata
+// (sessions opened by calls without an id keep their first call's metadata) or, with
+// session_id, by id.
+func (g *Gateway) handleFinishMatching(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		finishRequest
+		SessionID string            `json:"session_id"`
+		Metadata  map[string]string `json:"metadata"`
+	}
+	if err := g.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	var l *lease
+	var err error
+	switch {
+	case req.SessionID != "":
+		if err := checkSessionID(req.SessionID); err != nil {
+			return err
+		}
+		l, err = g.sessions.acquire(req.SessionID, false, time.Now())
+	case len(req.Metadata) > 0:
+		l, err = g.sessions.byMetadata(req.Metadata)
+	default:
+		return vllmapi.BadRequest("session_id or metadata is required to name the session")
+	}
+	if err != nil {
+		return err
+	}
+	return g.finish(w, r, l, &req.finishRequest)
+}
+
+// finish publishes the leased session's trajectories with the request's outcome and ends it;
+// on an error the session stays open.
+func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, l *lease, req *finishRequest) error {
+	id := l.s.id
+	o, err := g.outcome(id, req)
+	if err != nil {
+		l.release(false, time.Now())
 		return err
 	}
 	now := time.Now()

@@ -31,12 +31,21 @@ type session struct {
 	id      string
 	created time.Time
 
+	// scope is set for a session opened by a call without a session id: later calls in the
+	// same scope attach to it by their prompt (see store.attach); metadata is its first call's.
+	scope    string
+	auto     bool
+	metadata map[string]string
+
 	// guarded by store.mu
 	lastUsed time.Time
 	busy     bool
 	calls    int // calls recorded
 	tokens   int // tokens held over all segments
 	nsegs    int
+	// trace is the current segment's tokens as of the last release: only appended to, so
+	// its elements may be read under store.mu while a lease holder appends beyond them.
+	trace []int32
 
 	segs []*segment
 }
@@ -59,6 +68,9 @@ type store struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// scopes indexes the open sessions without a client-given id by scope, for attaching
+	// calls by prompt; ended sessions leave it.
+	scopes map[string][]*session
 	// ended remembers ended session ids until finishedTTL has passed (oldest first in
 	// endedOrder), so a late call cannot reopen a session whose records are published.
 	ended      map[string]time.Time
@@ -68,7 +80,7 @@ type store struct {
 func newStore(maxSessions, maxTokens int, finishedTTL time.Duration) *store {
 	return &store{
 		maxSessions: maxSessions, maxTokens: maxTokens, finishedTTL: finishedTTL,
-		sessions: make(map[string]*session), ended: make(map[string]time.Time),
+		sessions: make(map[string]*session), ended: make(map[string]time.Time), scopes: make(map[string][]*session),
 	}
 }
 
@@ -120,9 +132,107 @@ func (l *lease) release(touch bool, now time.Time) {
 		s.calls += len(seg.ranges)
 		s.tokens += len(seg.tokens)
 	}
-	if l.created && s.calls == 0 && st.sessions[s.id] == s {
-		delete(st.sessions, s.id)
+	if cur := l.current(); cur != nil {
+		s.trace = cur.tokens
 	}
+	if l.created && s.calls == 0 && st.sessions[s.id] == s {
+		st.removeLocked(s)
+	}
+}
+
+// removeLocked forgets an open session.
+func (st *store) removeLocked(s *session) {
+	delete(st.sessions, s.id)
+	if !s.auto {
+		return
+	}
+	list := st.scopes[s.scope]
+	if i := slices.Index(list, s); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(st.scopes, s.scope)
+	} else {
+		st.scopes[s.scope] = list
+	}
+}
+
+// attach leases the open session of scope whose trace the prompt extends, the longest such
+// trace, or opens a new one under the id newID gives. The prompt must be longer than the
+// trace, so a first call (a bare prompt) never attaches to a session holding that prompt and
+// its answer. The best match being in use is ErrSessionBusy: calls of one conversation are
+// sequential.
+func (st *store) attach(scope string, prompt []int32, metadata map[string]string, newID func() string, now time.Time) (*lease, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var best *session
+	for _, s := range st.scopes[scope] {
+		if len(s.trace) > 0 && len(prompt) > len(s.trace) && (best == nil || len(s.trace) > len(best.trace)) && extends(prompt, s.trace) {
+			best = s
+		}
+	}
+	switch {
+	case best != nil && best.busy:
+		return nil, fmt.Errorf("%w: %q (the call extends its tokens)", ErrSessionBusy, best.id)
+	case best != nil:
+		best.busy = true
+		return &lease{st: st, s: best}, nil
+	case len(st.sessions) >= st.maxSessions:
+		return nil, fmt.Errorf("%w: %d open (close some with finish or DELETE)", ErrTooManySessions, len(st.sessions))
+	}
+	s := &session{id: newID(), created: now, lastUsed: now, busy: true, scope: scope, auto: true, metadata: metadata}
+	st.sessions[s.id] = s
+	st.scopes[scope] = append(st.scopes[scope], s)
+	return &lease{st: st, s: s, created: true}, nil
+}
+
+// match leases the one open session that keep selects. None is ErrSessionNotFound, several
+// ErrSessionAmbiguous.
+func (st *store) match(what string, keep func(*session) bool) (*lease, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var found *session
+	n := 0
+	for _, s := range st.sessions {
+		if keep(s) {
+			found = s
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("%w: none with %s", ErrSessionNotFound, what)
+	case n > 1:
+		return nil, fmt.Errorf("%w: %d open sessions with %s", ErrSessionAmbiguous, n, what)
+	case found.busy:
+		return nil, fmt.Errorf("%w: %q", ErrSessionBusy, found.id)
+	}
+	found.busy = true
+	return &lease{st: st, s: found}, nil
+}
+
+// byMetadata leases the one open session without a client-given id whose first call's
+// metadata has every pair of want.
+func (st *store) byMetadata(want map[string]string) (*lease, error) {
+	return st.match(fmt.Sprintf("metadata %v", want), func(s *session) bool {
+		if !s.auto {
+			return false
+		}
+		for k, v := range want {
+			if got, ok := s.metadata[k]; !ok || got != v {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// byTrace leases the one open session whose current tokens are exactly tokens: the prompt and
+// completion of its last call.
+func (st *store) byTrace(tokens []int32) (*lease, error) {
+	return st.match(fmt.Sprintf("a %d-token trace ending the given call", len(tokens)), func(s *session) bool {
+		return slices.Equal(s.trace, tokens)
+	})
 }
 
 // end closes the session for good and remembers its id.
@@ -131,7 +241,7 @@ func (l *lease) end(now time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.sessions[l.s.id] == l.s {
-		delete(st.sessions, l.s.id)
+		st.removeLocked(l.s)
 	}
 	if _, ok := st.ended[l.s.id]; !ok {
 		st.endedOrder = append(st.endedOrder, l.s.id)

@@ -140,7 +140,7 @@ func (g *Gateway) tokenize(ctx context.Context, req *messages.ChatTokenizeReques
 	case len(req.Messages) == 0:
 		subject = g.opts.Subjects.Tokenize()
 		msg = &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: text, AddSpecialTokens: req.AddSpecialTokens, Deadline: dl}
-	case req.ContinueFinalMessage || len(req.ChatTemplateKwargs) > 0:
+	case req.ContinueFinalMessage || len(req.ChatTemplateKwargs) > 0 || len(req.Tools) > 0 || hasExtras(req.Messages):
 		subject = g.opts.Subjects.TokenizeChat()
 		req.V, req.Deadline = messages.Version, dl
 		msg = req
@@ -159,6 +159,17 @@ func (g *Gateway) tokenize(ctx context.Context, req *messages.ChatTokenizeReques
 		return nil, replyError(subject, rep.Error, rep.Code, dl)
 	}
 	return rep.Tokens, nil
+}
+
+// hasExtras reports whether a message carries what only the chat tokenize subject passes on:
+// reasoning, tool calls, a tool call id or a name.
+func hasExtras(msgs []messages.ChatMessage) bool {
+	for _, m := range msgs {
+		if m.Reasoning != "" || len(m.ToolCalls) > 0 || m.ToolCallID != "" || m.Name != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // generate asks the LLM workers for one completion of prompt.

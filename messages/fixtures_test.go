@@ -341,6 +341,7 @@ var (
 	logprobsType = reflect.TypeFor[messages.Logprobs]()
 	rangesType   = reflect.TypeFor[messages.Ranges]()
 	bytesType    = reflect.TypeFor[[]byte]()
+	rawJSONType  = reflect.TypeFor[json.RawMessage]()
 )
 
 // wireView is the decoded form of v that other languages compare their decoders' results with:
@@ -369,7 +370,7 @@ func wireView(t *testing.T, v reflect.Value) any {
 			out[i] = [2]int64{v.Index(i).Field(0).Int(), v.Index(i).Field(1).Int()}
 		}
 		return out
-	case bytesType:
+	case bytesType, rawJSONType:
 		return base64.StdEncoding.EncodeToString(v.Bytes())
 	}
 	switch v.Kind() {

@@ -68,6 +68,9 @@ type ChatTokenizeRequest struct {
 	// ChatTemplateKwargs is a JSON object of extra template variables (such as
 	// {"enable_thinking": false}), or empty.
 	ChatTemplateKwargs []byte `msgpack:"kw,omitempty"`
+	// Tools is the JSON array of tool definitions the template renders into the prompt (the
+	// API's "tools"), or empty.
+	Tools []byte `msgpack:"tl,omitempty"`
 	// Deadline is as in GenerateRequest.
 	Deadline int64 `msgpack:"dl,omitempty"`
 }
@@ -118,7 +121,8 @@ func (r *DetokenizeReply) validate() *ValidationError {
 
 // Validate checks a chat tokenize request: V == Version; episode_id at most MaxIDLength bytes;
 // messages non-empty, each with a role; not both add_generation_prompt and
-// continue_final_message; chat_template_kwargs empty or a JSON object.
+// continue_final_message; chat_template_kwargs empty or a JSON object; tools and each message's
+// tool_calls empty or a JSON array.
 func (r *ChatTokenizeRequest) Validate() error {
 	return asError(r.validate().in("ChatTokenizeRequest"))
 }
@@ -137,9 +141,20 @@ func (r *ChatTokenizeRequest) validate() *ValidationError {
 		if m.Role == "" {
 			return invalid(fmt.Sprintf("messages[%d].role", i), "must not be empty")
 		}
+		if e := checkJSONArray(fmt.Sprintf("messages[%d].tool_calls", i), m.ToolCalls); e != nil {
+			return e
+		}
 	}
 	if kw := r.ChatTemplateKwargs; len(kw) > 0 && (!json.Valid(kw) || bytes.TrimLeft(kw, " \t\r\n")[0] != '{') {
 		return invalid("chat_template_kwargs", "must be empty or a JSON object, got %.64q", kw)
+	}
+	return checkJSONArray("tools", r.Tools)
+}
+
+// checkJSONArray checks that b is empty or a JSON array.
+func checkJSONArray(field string, b []byte) *ValidationError {
+	if len(b) > 0 && (!json.Valid(b) || bytes.TrimLeft(b, " \t\r\n")[0] != '[') {
+		return invalid(field, "must be empty or a JSON array, got %.64q", b)
 	}
 	return nil
 }

@@ -1,5 +1,7 @@
 package messages
 
+import "encoding/json"
+
 // Version is the wire version written into every message's V field. Decode rejects messages
 // without a version (V == 0) and messages newer than this build understands.
 const Version uint8 = 1
@@ -205,10 +207,22 @@ type GenerateReply struct {
 	Code       string `msgpack:"c,omitempty"`
 }
 
-// ChatMessage is one turn of a chat to be rendered by the model's chat template.
+// ChatMessage is one turn of a chat to be rendered by the model's chat template. The optional
+// fields carry what the OpenAI chat API adds for tool use and reasoning models; at their zero
+// values a message is exactly what it was without them.
 type ChatMessage struct {
 	Role    string `msgpack:"r" json:"role"`
 	Content string `msgpack:"c" json:"content"`
+	// Reasoning is an assistant turn's reasoning (the API's reasoning_content or reasoning),
+	// which the template renders as the model wrote it (Qwen3: a <think> block).
+	Reasoning string `msgpack:"rs,omitempty" json:"reasoning_content,omitempty"`
+	// ToolCalls is an assistant turn's tool calls, a JSON array in the API's shape
+	// ([{"id","type":"function","function":{"name","arguments"}}]), or empty.
+	ToolCalls json.RawMessage `msgpack:"tc,omitempty" json:"tool_calls,omitempty"`
+	// ToolCallID is the id of the call a "tool" message answers.
+	ToolCallID string `msgpack:"ti,omitempty" json:"tool_call_id,omitempty"`
+	// Name is the optional name of the message's author or tool.
+	Name string `msgpack:"n,omitempty" json:"name,omitempty"`
 }
 
 // TokenizeRequest asks an LLM worker to tokenize either plain text or chat messages.

@@ -81,23 +81,37 @@ type completionRequest struct {
 // chatRequest is the body of POST /v1/chat/completions.
 type chatRequest struct {
 	samplingRequest
-	Messages             []chatMessage `json:"messages"`
-	MaxTokens            *int          `json:"max_tokens"`
-	MaxCompletionTokens  *int          `json:"max_completion_tokens"`
-	Logprobs             bool          `json:"logprobs"`
-	TopLogprobs          *int          `json:"top_logprobs"`
-	AddGenerationPrompt  *bool         `json:"add_generation_prompt"`
-	ContinueFinalMessage bool          `json:"continue_final_message"`
+	chatTemplateFields
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	Logprobs            bool `json:"logprobs"`
+	TopLogprobs         *int `json:"top_logprobs"`
+}
+
+// chatTemplateFields are the fields a chat request and a tokenize request
+// with messages share: what the chat template renders.
+type chatTemplateFields struct {
+	Messages             []chatMessage   `json:"messages"`
+	Tools                json.RawMessage `json:"tools"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+}
+
+// render renders the messages with the chat template.
+func (f *chatTemplateFields) render() (string, error) {
+	return renderChat(chatInput{
+		msgs: f.Messages, tools: f.Tools, kwargs: f.ChatTemplateKwargs,
+		addGenerationPrompt: f.AddGenerationPrompt == nil || *f.AddGenerationPrompt, continueFinal: f.ContinueFinalMessage,
+	})
 }
 
 // tokenizeRequest is the body of POST /tokenize, in either of vLLM's forms.
 type tokenizeRequest struct {
-	Model                string        `json:"model"`
-	Prompt               *string       `json:"prompt"`
-	Messages             []chatMessage `json:"messages"`
-	AddGenerationPrompt  *bool         `json:"add_generation_prompt"`
-	ContinueFinalMessage bool          `json:"continue_final_message"`
-	ReturnTokenStrs      bool          `json:"return_token_strs"`
+	chatTemplateFields
+	Model           string  `json:"model"`
+	Prompt          *string `json:"prompt"`
+	ReturnTokenStrs bool    `json:"return_token_strs"`
 }
 
 // detokenizeRequest is the body of POST /detokenize.
@@ -339,22 +353,35 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 
 // chatMessage is a chat message whose content may also be a list of text
 // parts, as OpenAI clients send it; the parts are joined with newlines, as
-// vLLM does for string templates.
+// vLLM does for string templates. An assistant message may carry its
+// reasoning and tool calls, a tool message the id of the call it answers.
 type chatMessage struct {
 	chat.Message
+	Reasoning  string
+	ToolCallID string
+	toolCalls  []toolCall
 }
 
 // UnmarshalJSON accepts content as a string, null, or a list of text parts.
 func (m *chatMessage) UnmarshalJSON(b []byte) error {
 	var raw struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role             string          `json:"role"`
+		Content          json.RawMessage `json:"content"`
+		ReasoningContent *string         `json:"reasoning_content"`
+		Reasoning        *string         `json:"reasoning"`
+		ToolCalls        []toolCall      `json:"tool_calls"`
+		ToolCallID       string          `json:"tool_call_id"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return fmt.Errorf("message: %w", err)
 	}
-	m.Role = raw.Role
-	m.Content = ""
+	*m = chatMessage{Message: chat.Message{Role: raw.Role}, ToolCallID: raw.ToolCallID, toolCalls: raw.ToolCalls}
+	switch {
+	case raw.ReasoningContent != nil:
+		m.Reasoning = *raw.ReasoningContent
+	case raw.Reasoning != nil:
+		m.Reasoning = *raw.Reasoning
+	}
 	if len(raw.Content) == 0 || raw.Content[0] == 'n' {
 		return nil
 	}
@@ -377,29 +404,6 @@ func (m *chatMessage) UnmarshalJSON(b []byte) error {
 	}
 	m.Content = strings.Join(texts, "\n")
 	return nil
-}
-
-// renderMessages renders chat messages into prompt text. With
-// continueFinal the last message is left open, so the model continues it.
-func renderMessages(msgs []chatMessage, addGenerationPrompt, continueFinal bool) (string, error) {
-	if len(msgs) == 0 {
-		return "", vllmapi.BadRequest("messages must not be empty")
-	}
-	if addGenerationPrompt && continueFinal {
-		return "", vllmapi.BadRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-	}
-	plain := make([]chat.Message, len(msgs))
-	for i, m := range msgs {
-		if m.Role == "" {
-			return "", vllmapi.BadRequest("messages[%d]: role is required", i)
-		}
-		plain[i] = m.Message
-	}
-	text := chat.Render(plain, addGenerationPrompt)
-	if continueFinal {
-		text = strings.TrimSuffix(text, chat.ImEnd+"\n")
-	}
-	return text, nil
 }
 
 // genParams checks the shared sampling fields and returns the generation

@@ -11,8 +11,8 @@
 //
 //	POST /v1/completions       prompt as token ids or text; logprobs, stop
 //	                           strings and ids, return_token_ids, ...
-//	POST /v1/chat/completions  messages through the ChatML template
-//	POST /tokenize             text, or messages through the chat template
+//	POST /v1/chat/completions  messages (and tools) through the chat template
+//	POST /tokenize             text, or messages (and tools) through the chat template
 //	POST /detokenize
 //	GET  /v1/models
 //	GET  /health               200 with an empty body
@@ -45,8 +45,12 @@
 //
 // # Policy
 //
-// Board games (boardgames.go) get a usually legal move read off the latest
-// board, math problems (math.go) an answer that is right about 80% of the
+// A conversation offering tools (toolplan.go) gets a call of the first tool,
+// with the user's message as its argument, and after a tool result an answer
+// quoting it; with {"enable_thinking": true} in chat_template_kwargs every
+// reply reasons first. The chat template (template.go) is ChatML with
+// Qwen3's layout of tools, tool calls, tool results and reasoning. Board
+// games (boardgames.go) get a usually legal move read off the latest board, math problems (math.go) an answer that is right about 80% of the
 // time, and everything else GuessTheNumber's policy. For GuessTheNumber, the
 // policy decodes the prompt and reads the game from it: the range from
 // the instructions ("guess the number between {min} and {max}", 1..20 when

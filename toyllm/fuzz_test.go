@@ -18,6 +18,9 @@ var fuzzBodies = []string{
 	`{"prompt":[1, 2 ,3 ],"min_p":0.5,"max_tokens":3}`,
 	`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":3,"max_tokens":20}`,
 	`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"continue_final_message":true,"add_generation_prompt":false}`,
+	`{"messages":[{"role":"system","content":"s"},{"role":"user","content":"q"},{"role":"assistant","content":null,"reasoning_content":"r",` +
+		`"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"x\": 1}"}}]},{"role":"tool","tool_call_id":"c","content":"o"}],` +
+		`"tools":[{"type":"function","function":{"name":"f","parameters":{"properties":{"x":{"type":"integer"}}}}}],"chat_template_kwargs":{"enable_thinking":true}}`,
 	`{"tokens":[1,2,258]}`,
 	`{"prompt":"<|im_start|>","return_token_strs":true}`,
 	`{`, `[]`, `null`, `{"prompt":null}`, `{"prompt":[-0]}`,

@@ -117,13 +117,18 @@ func generate(st *genState, gp *genParams, pol *policy) {
 	tokRNG.Seed(seed, tokenStream)
 
 	var ok bool
-	if st.planText, ok = appendJudgePlan(st.planText[:0], st.text); ok {
+	if st.planText, ok = appendToolPlan(st.planText[:0], st.text); ok {
+		// Tools are offered: call one, or answer with its result.
+	} else if st.planText, ok = appendJudgePlan(st.planText[:0], st.text); ok {
 		// A judge prompt: the verdict.
 	} else if st.planText, ok = appendMathPlan(st.planText[:0], st.text, &planRNG); !ok {
 		if st.planText, ok = appendBoardGamePlan(st.planText[:0], st.text, &planRNG); !ok {
 			p := choosePlan(&game, &gp.sampling, &planRNG)
 			st.planText = appendPlanText(st.planText[:0], &game, p)
 		}
+	}
+	if bytes.HasSuffix(st.text, thinkingStart) {
+		st.planText = appendReasoning(nil, st.text, st.planText)
 	}
 	st.plan = st.plan[:0]
 	for _, b := range st.planText {

@@ -207,7 +207,7 @@ func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genS
 	if err != nil {
 		return responseOptions{}, err
 	}
-	text, err := renderMessages(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, req.ContinueFinalMessage)
+	text, err := req.render()
 	if err != nil {
 		return responseOptions{}, err
 	}
@@ -260,7 +260,7 @@ func (s *Server) tokenize(r *http.Request, w http.ResponseWriter, st *genState) 
 		text = *req.Prompt
 	case req.Messages != nil:
 		var err error
-		text, err = renderMessages(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, req.ContinueFinalMessage)
+		text, err = req.render()
 		if err != nil {
 			return tokenizeResponse{}, err
 		}

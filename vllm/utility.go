@@ -13,10 +13,17 @@ import (
 )
 
 // Message is one chat message, for tokenizing with the server's chat
-// template.
+// template. The optional fields are sent only when set.
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// Reasoning is an assistant turn's reasoning; it is sent as both
+	// "reasoning_content" and "reasoning", as vLLM hands it to templates.
+	Reasoning string
+	// ToolCalls is an assistant turn's tool calls, a JSON array.
+	ToolCalls json.RawMessage
+	// ToolCallID is the call a "tool" message answers; Name its author.
+	ToolCallID, Name string
 }
 
 // TokenizeRequest is text, or chat messages, to turn into token ids. Both
@@ -33,6 +40,9 @@ type TokenizeRequest struct {
 	// ChatTemplateKwargs, with Messages, is a JSON object of extra chat
 	// template variables such as {"enable_thinking": false}; nil omits it.
 	ChatTemplateKwargs json.RawMessage
+	// Tools, with Messages, is the JSON array of tool definitions the
+	// template renders; nil omits it.
+	Tools json.RawMessage
 }
 
 // Tokenize returns the token ids of the request's text, or of its messages
@@ -44,6 +54,14 @@ func (c *Client) Tokenize(ctx context.Context, req TokenizeRequest) (_ []int32, 
 	}
 	if kw := req.ChatTemplateKwargs; len(kw) > 0 && !json.Valid(kw) {
 		return nil, fmt.Errorf("vllm: tokenize: invalid request: ChatTemplateKwargs is not valid JSON")
+	}
+	if len(req.Tools) > 0 && !json.Valid(req.Tools) {
+		return nil, fmt.Errorf("vllm: tokenize: invalid request: Tools is not valid JSON")
+	}
+	for i, m := range req.Messages {
+		if len(m.ToolCalls) > 0 && !json.Valid(m.ToolCalls) {
+			return nil, fmt.Errorf("vllm: tokenize: invalid request: Messages[%d].ToolCalls is not valid JSON", i)
+		}
 	}
 	model, err := c.modelName(ctx)
 	if err != nil {
@@ -82,6 +100,7 @@ func appendTokenizeRequest(b []byte, model string, r *TokenizeRequest) []byte {
 			b = jsonw.AppendString(b, m.Role)
 			b = append(b, `,"content":`...)
 			b = jsonw.AppendString(b, m.Content)
+			b = appendMessageExtras(b, &m)
 			b = append(b, '}')
 		}
 		b = append(b, `],"add_generation_prompt":`...)
@@ -93,6 +112,10 @@ func appendTokenizeRequest(b []byte, model string, r *TokenizeRequest) []byte {
 			b = append(b, `,"chat_template_kwargs":`...)
 			b = append(b, r.ChatTemplateKwargs...)
 		}
+		if len(r.Tools) > 0 {
+			b = append(b, `,"tools":`...)
+			b = append(b, r.Tools...)
+		}
 	} else {
 		b = append(b, `,"prompt":`...)
 		b = jsonw.AppendString(b, r.Prompt)
@@ -100,6 +123,29 @@ func appendTokenizeRequest(b []byte, model string, r *TokenizeRequest) []byte {
 	b = append(b, `,"add_special_tokens":`...)
 	b = strconv.AppendBool(b, r.AddSpecialTokens)
 	return append(b, '}')
+}
+
+// appendMessageExtras appends the optional members of a message that are set.
+func appendMessageExtras(b []byte, m *Message) []byte {
+	if m.Reasoning != "" {
+		b = append(b, `,"reasoning_content":`...)
+		b = jsonw.AppendString(b, m.Reasoning)
+		b = append(b, `,"reasoning":`...)
+		b = jsonw.AppendString(b, m.Reasoning)
+	}
+	if len(m.ToolCalls) > 0 {
+		b = append(b, `,"tool_calls":`...)
+		b = append(b, m.ToolCalls...)
+	}
+	if m.ToolCallID != "" {
+		b = append(b, `,"tool_call_id":`...)
+		b = jsonw.AppendString(b, m.ToolCallID)
+	}
+	if m.Name != "" {
+		b = append(b, `,"name":`...)
+		b = jsonw.AppendString(b, m.Name)
+	}
+	return b
 }
 
 // Detokenize returns the text of ids via POST /detokenize.

@@ -75,9 +75,12 @@ func (w *Worker) chatTokenizeReply(ctx context.Context, req *messages.ChatTokeni
 		ContinueFinalMessage: req.ContinueFinalMessage,
 		AddSpecialTokens:     req.AddSpecialTokens,
 		ChatTemplateKwargs:   req.ChatTemplateKwargs,
+		Tools:                req.Tools,
 	}
 	for i, m := range req.Messages {
-		treq.Messages[i] = vllm.Message{Role: m.Role, Content: m.Content}
+		treq.Messages[i] = vllm.Message{
+			Role: m.Role, Content: m.Content, Reasoning: m.Reasoning, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name,
+		}
 	}
 	var ids []int32
 	_, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {

@@ -29,6 +29,9 @@ type cli struct {
 	SessionTTL       time.Duration `default:"30m" group:"Gateway" help:"Expire gateway sessions idle for longer than this (published as failures)."`
 	MaxSessions      int           `default:"4096" group:"Gateway" help:"Most open gateway sessions."`
 	MaxSessionTokens int           `default:"262144" group:"Gateway" help:"Most tokens one gateway session holds."`
+	NoIdlessSessions bool          `group:"Gateway" help:"Serve gateway calls without a session id unrecorded, instead of attaching them to a session by their tokens."`
+	ToolCallParser   string        `default:"hermes" enum:"hermes,none" group:"Gateway" help:"Read tool calls out of the gateway's chat replies (as vLLM's --tool-call-parser)."`
+	ReasoningParser  string        `default:"none" enum:"qwen3,none" group:"Gateway" help:"Split <think> reasoning out of the gateway's chat replies (as vLLM's --reasoning-parser)."`
 }
 
 func main() {
@@ -52,7 +55,8 @@ func main() {
 		}
 		gw, err := gateway.New(p.NC, gateway.Options{
 			Subjects: p.Subjects, Env: c.GatewayEnv, SessionTTL: c.SessionTTL, MaxSessions: c.MaxSessions,
-			MaxSessionTokens: c.MaxSessionTokens, Streams: c.Streams(), Logger: p.Log,
+			MaxSessionTokens: c.MaxSessionTokens, ToolCallParser: c.ToolCallParser, ReasoningParser: c.ReasoningParser,
+			NoIdlessSessions: c.NoIdlessSessions, Streams: c.Streams(), Logger: p.Log,
 		})
 		if err != nil {
 			return err

@@ -35,6 +35,9 @@ type gatewayCmd struct {
 	MaxSessions      int           `default:"4096" help:"Most open sessions."`
 	MaxSessionTokens int           `default:"262144" help:"Most tokens one session holds."`
 	RequestTimeout   time.Duration `default:"5m" help:"Bound on each request to the LLM workers (then 504)."`
+	NoIdlessSessions bool          `help:"Serve calls without a session id unrecorded, instead of attaching them to a session by their tokens."`
+	ToolCallParser   string        `default:"hermes" enum:"hermes,none" help:"Read tool calls out of chat replies when a request offers tools (as vLLM's --tool-call-parser)."`
+	ReasoningParser  string        `default:"none" enum:"qwen3,none" help:"Split <think> reasoning out of chat replies (as vLLM's --reasoning-parser)."`
 	Prefix           string        `default:"rf" help:"Subject prefix."`
 	Replicas         int           `default:"1" help:"Stream replicas (3 on a JetStream cluster)."`
 	DataDir          string        `help:"Embedded server data dir (default: a temp dir, removed afterwards)."`
@@ -141,6 +144,7 @@ func (c *gatewayCmd) Run() error {
 	gw, err := gateway.New(nc, gateway.Options{
 		Subjects: subj, Env: c.Env, Model: c.Model, MaxModelLen: c.MaxModelLen, RequestTimeout: c.RequestTimeout,
 		SessionTTL: c.SessionTTL, MaxSessions: c.MaxSessions, MaxSessionTokens: c.MaxSessionTokens,
+		ToolCallParser: c.ToolCallParser, ReasoningParser: c.ReasoningParser, NoIdlessSessions: c.NoIdlessSessions,
 		Streams: bus.StreamOptions{Replicas: c.Replicas}, Logger: log,
 	})
 	if err != nil {

@@ -485,7 +485,18 @@ _SAMPLING = _Struct(
     ],
 )
 
-_CHAT_MESSAGE = _Struct("ChatMessage", False, [("r", "role", _str), ("c", "content", _str)])
+_CHAT_MESSAGE = _Struct(
+    "ChatMessage",
+    False,
+    [
+        ("r", "role", _str),
+        ("c", "content", _str),
+        ("rs", "reasoning_content", _str),
+        ("tc", "tool_calls", _bytes),
+        ("ti", "tool_call_id", _str),
+        ("n", "name", _str),
+    ],
+)
 
 _TURN_TIMINGS = _Struct(
     "TurnTimings",

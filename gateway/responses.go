@@ -1,0 +1,358 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/rollfleet/rollfleet/internal/vllmapi"
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// POST /v1/responses, the OpenAI Responses API that NeMo Gym agents speak to their model
+// servers, is served by the chat path: the input items become chat messages the way NeMo Gym's
+// vllm_model converts them (consecutive reasoning, assistant text and function calls form one
+// assistant message; a function call's output a tool message), the reply becomes output items
+// (a reasoning item, a message, one function_call per tool call), and the last output item
+// carries the call's token information as vllm_model returns it: prompt_token_ids,
+// generation_token_ids, generation_log_probs. The gateway keeps no responses: a request must
+// carry its whole conversation (previous_response_id is refused).
+
+// responsesRequest is the body of POST /v1/responses.
+type responsesRequest struct {
+	samplingFields
+	Input              json.RawMessage   `json:"input"`
+	Instructions       *string           `json:"instructions"`
+	Tools              json.RawMessage   `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls  *bool             `json:"parallel_tool_calls"`
+	MaxOutputTokens    *int64            `json:"max_output_tokens"`
+	Metadata           map[string]string `json:"metadata"`
+	PreviousResponseID *string           `json:"previous_response_id"`
+	Reasoning          *struct {
+		Effort *string `json:"effort"`
+	} `json:"reasoning"`
+	Text *struct {
+		Format *responseFormat `json:"format"`
+	} `json:"text"`
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+}
+
+// inputItem is one item of a Responses API input.
+type inputItem struct {
+	Type      string          `json:"type"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
+	Summary   []struct {
+		Text string `json:"text"`
+	} `json:"summary"`
+}
+
+// responsesTool is a function tool in the Responses API's flat shape.
+type responsesTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description *string         `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// decodeResponses decodes a Responses API request into the chat request it amounts to.
+func decodeResponses(body []byte) (*chatRequest, *responsesRequest, messages.SamplingParams, error) {
+	var rr responsesRequest
+	if err := decodeJSON(body, &rr); err != nil {
+		return nil, nil, messages.SamplingParams{}, err
+	}
+	sp, err := rr.sampling()
+	if err != nil {
+		return nil, nil, sp, err
+	}
+	switch {
+	case rr.PreviousResponseID != nil && *rr.PreviousResponseID != "":
+		return nil, nil, sp, vllmapi.BadRequest("previous_response_id is not supported by the gateway: send the whole conversation as input")
+	case rr.Text != nil && rr.Text.Format != nil && rr.Text.Format.Type != "" && rr.Text.Format.Type != "text":
+		return nil, nil, sp, vllmapi.BadRequest("text.format %.32q is not supported by the gateway", rr.Text.Format.Type)
+	}
+	req := &chatRequest{
+		samplingFields: rr.samplingFields, MaxTokens: rr.MaxOutputTokens, ChatTemplateKwargs: rr.ChatTemplateKwargs,
+		ToolChoice: rr.ToolChoice, ParallelToolCalls: rr.ParallelToolCalls, Metadata: rr.Metadata,
+	}
+	if rr.Reasoning != nil {
+		req.ReasoningEffort = rr.Reasoning.Effort
+	}
+	if rr.Instructions != nil && *rr.Instructions != "" {
+		req.Messages = append(req.Messages, chatMessage{messages.ChatMessage{Role: "system", Content: *rr.Instructions}})
+	}
+	msgs, err := inputMessages(rr.Input)
+	if err != nil {
+		return nil, nil, sp, vllmapi.BadRequest("input: %w", err)
+	}
+	req.Messages = append(req.Messages, msgs...)
+	if req.Tools, err = chatTools(rr.Tools); err != nil {
+		return nil, nil, sp, vllmapi.BadRequest("tools: %w", err)
+	}
+	if err := req.checkTemplate(); err != nil {
+		return nil, nil, sp, err
+	}
+	return req, &rr, sp, nil
+}
+
+// inputMessages converts Responses API input (a string, or a list of items) to chat messages.
+func inputMessages(raw json.RawMessage) ([]chatMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, errors.New("input is required")
+	}
+	if raw[0] == '"' {
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return nil, err
+		}
+		return []chatMessage{{messages.ChatMessage{Role: "user", Content: text}}}, nil
+	}
+	var items []inputItem
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, errors.New("input must be a string or a list of items")
+	}
+	var out []chatMessage
+	var pending *messages.ChatMessage // the assistant message being gathered
+	var calls []apiToolCall
+	flush := func() error {
+		if pending == nil {
+			return nil
+		}
+		if len(calls) > 0 {
+			b, err := json.Marshal(calls)
+			if err != nil {
+				return err
+			}
+			pending.ToolCalls = b
+		}
+		out = append(out, chatMessage{*pending})
+		pending, calls = nil, nil
+		return nil
+	}
+	assistant := func() *messages.ChatMessage {
+		if pending == nil {
+			pending = &messages.ChatMessage{Role: "assistant"}
+		}
+		return pending
+	}
+	for i, it := range items {
+		typ := it.Type
+		if typ == "" && it.Role != "" {
+			typ = "message"
+		}
+		switch typ {
+		case "message":
+			text, err := contentText(it.Content)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			switch it.Role {
+			case "assistant":
+				assistant().Content += text
+			case "user", "system", "developer":
+				if err := flush(); err != nil {
+					return nil, err
+				}
+				out = append(out, chatMessage{messages.ChatMessage{Role: it.Role, Content: text}})
+			default:
+				return nil, fmt.Errorf("[%d]: role %.32q is not supported", i, it.Role)
+			}
+		case "reasoning":
+			for _, s := range it.Summary {
+				assistant().Reasoning += s.Text
+			}
+		case "function_call":
+			if it.CallID == "" || it.Name == "" {
+				return nil, fmt.Errorf("[%d]: a function_call needs a call_id and a name", i)
+			}
+			assistant()
+			calls = append(calls, apiToolCall{ID: it.CallID, Type: "function", Function: apiToolFunction{Name: it.Name, Arguments: it.Arguments}})
+		case "function_call_output":
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			text, err := contentText(it.Output)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: output: %w", i, err)
+			}
+			out = append(out, chatMessage{messages.ChatMessage{Role: "tool", Content: text, ToolCallID: it.CallID}})
+		default:
+			return nil, fmt.Errorf("[%d]: item type %.32q is not supported", i, typ)
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no messages")
+	}
+	return out, nil
+}
+
+// chatTools converts Responses API function tools to chat completion tools.
+func chatTools(raw json.RawMessage) (json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var tools []responsesTool
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return nil, errors.New("must be a list of function tools")
+	}
+	type function struct {
+		Name        string          `json:"name"`
+		Description *string         `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+	}
+	type chatTool struct {
+		Type     string   `json:"type"`
+		Function function `json:"function"`
+	}
+	out := make([]chatTool, len(tools))
+	for i, t := range tools {
+		if t.Type != "function" {
+			return nil, fmt.Errorf("[%d]: tool type %.32q is not supported (function tools only)", i, t.Type)
+		}
+		// "strict" is left out, as vllm_model strips it: templates may render unknown keys.
+		out[i] = chatTool{Type: "function", Function: function{Name: t.Name, Description: t.Description, Parameters: t.Parameters}}
+	}
+	return json.Marshal(out)
+}
+
+// responseObject is the Responses API answer.
+type responseObject struct {
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	CreatedAt         int64             `json:"created_at"`
+	Status            string            `json:"status"`
+	IncompleteDetails *incomplete       `json:"incomplete_details"`
+	Error             *any              `json:"error"`
+	Model             string            `json:"model"`
+	Output            []outputItem      `json:"output"`
+	Instructions      *string           `json:"instructions"`
+	Tools             json.RawMessage   `json:"tools"`
+	ToolChoice        json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls bool              `json:"parallel_tool_calls"`
+	Temperature       *float64          `json:"temperature"`
+	TopP              *float64          `json:"top_p"`
+	MaxOutputTokens   *int64            `json:"max_output_tokens"`
+	Metadata          map[string]string `json:"metadata"`
+	Usage             responsesUsage    `json:"usage"`
+}
+
+type incomplete struct {
+	Reason string `json:"reason"`
+}
+
+type responsesUsage struct {
+	InputTokens        int `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int `json:"total_tokens"`
+}
+
+// outputItem is one output item: a reasoning item, a message or a function call, the last one
+// with the call's token information.
+type outputItem struct {
+	ID      string        `json:"id"`
+	Type    string        `json:"type"`
+	Status  string        `json:"status"`
+	Role    string        `json:"role,omitempty"`
+	Content []outputText  `json:"content,omitempty"`
+	Summary []summaryText `json:"summary,omitempty"`
+	CallID  string        `json:"call_id,omitempty"`
+	Name    string        `json:"name,omitempty"`
+	// Arguments is set on function calls only (an empty object's text at least).
+	Arguments *string `json:"arguments,omitempty"`
+
+	PromptTokenIDs     []int32   `json:"prompt_token_ids,omitempty"`
+	GenerationTokenIDs []int32   `json:"generation_token_ids,omitempty"`
+	GenerationLogProbs []float32 `json:"generation_log_probs,omitempty"`
+}
+
+type outputText struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Annotations []any  `json:"annotations"`
+}
+
+type summaryText struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error {
+	var rr *responsesRequest
+	decode := func(body []byte) (*chatRequest, messages.SamplingParams, error) {
+		req, x, sp, err := decodeResponses(body)
+		rr = x
+		return req, sp, err
+	}
+	req, c, model, err := beginGeneration(g, w, r, decode)
+	if err != nil {
+		return err
+	}
+	defer c.end()
+	out, err := g.chatTurn(r.Context(), c, req, model)
+	if err != nil {
+		return err
+	}
+	var items []outputItem
+	if m := out.message.ReasoningContent; m != nil {
+		items = append(items, outputItem{ID: g.nextID("rs_"), Type: "reasoning", Status: "completed",
+			Summary: []summaryText{{Type: "summary_text", Text: *m}}})
+	}
+	if content := out.message.Content; (content != nil && *content != "") || len(items)+len(out.message.ToolCalls) == 0 {
+		text := ""
+		if content != nil {
+			text = *content
+		}
+		items = append(items, outputItem{ID: g.nextID("msg_"), Type: "message", Status: "completed", Role: "assistant",
+			Content: []outputText{{Type: "output_text", Text: text, Annotations: []any{}}}})
+	}
+	for _, tc := range out.message.ToolCalls {
+		items = append(items, outputItem{ID: tc.ID, Type: "function_call", Status: "completed", CallID: tc.ID, Name: tc.Function.Name,
+			Arguments: &tc.Function.Arguments})
+	}
+	last := &items[len(items)-1]
+	last.PromptTokenIDs, last.GenerationTokenIDs, last.GenerationLogProbs = nonNil(c.prompt), nonNil(c.reply.Tokens), c.reply.Logprobs
+	resp := responseObject{
+		ID: g.nextID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "completed", Model: model.ID,
+		Output: items, Instructions: rr.Instructions, Tools: nonNullJSON(rr.Tools, "[]"), ToolChoice: nonNullJSON(rr.ToolChoice, `"auto"`),
+		ParallelToolCalls: rr.ParallelToolCalls == nil || *rr.ParallelToolCalls, Temperature: rr.Temperature, TopP: rr.TopP,
+		MaxOutputTokens: rr.MaxOutputTokens, Metadata: rr.Metadata,
+	}
+	if resp.Metadata == nil {
+		resp.Metadata = map[string]string{}
+	}
+	if c.reply.FinishReason == "length" {
+		resp.Status, resp.IncompleteDetails = "incomplete", &incomplete{Reason: "max_output_tokens"}
+	}
+	u := c.usage()
+	resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.Usage.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
+	c.setHeaders(w)
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// nonNullJSON is raw, or def when raw is absent or null.
+func nonNullJSON(raw json.RawMessage, def string) json.RawMessage {
+	if r := bytes.TrimSpace(raw); len(r) > 0 && string(r) != "null" {
+		return r
+	}
+	return json.RawMessage(def)
+}
