@@ -237,8 +237,9 @@ func sessionID(r *http.Request, f *samplingFields) (string, error) {
 
 // call is one model call being served.
 type call struct {
-	lease *lease // nil until the session is known
-	key   string // the session id, or a request id: the routing key of the LLM workers
+	lease    *lease // nil until the session is known
+	released bool   // the lease was released (end)
+	key      string // the session id, or a request id: the routing key of the LLM workers
 	// scope is set for a call without a session id: its session is found by its prompt
 	// among that scope's sessions once the prompt is known.
 	scope    string
@@ -308,9 +309,12 @@ func sessionScope(r *http.Request) string {
 	return hex.EncodeToString(sum[:8]) + "\x00" + r.Header.Get(HeaderSessionScope)
 }
 
-// end gives the call's session back.
+// end releases the call's session, once: right after the reply is
+// recorded and before it is written, because a client may send its next
+// call the moment it has read the reply, on another connection.
 func (c *call) end() {
-	if c.lease != nil {
+	if c.lease != nil && !c.released {
+		c.released = true
 		c.lease.release(true, time.Now())
 	}
 }
@@ -491,6 +495,7 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 		resp.Choices[0].TokenIDs = c.reply.Tokens
 		resp.PromptTokenIDs = c.prompt
 	}
+	c.end()
 	c.setHeaders(w)
 	writeJSON(w, http.StatusOK, resp)
 	return nil
@@ -648,6 +653,7 @@ func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error
 	if req.ReturnTokenIDs {
 		choice.TokenIDs, choice.PromptTokenIDs = c.reply.Tokens, c.prompt
 	}
+	c.end()
 	c.setHeaders(w)
 	writeJSON(w, http.StatusOK, completionResponse{
 		ID: g.nextID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: model.ID,

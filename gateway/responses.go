@@ -344,6 +344,7 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 	}
 	u := c.usage()
 	resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.Usage.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
+	c.end()
 	c.setHeaders(w)
 	writeJSON(w, http.StatusOK, resp)
 	return nil

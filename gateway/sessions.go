@@ -160,14 +160,18 @@ func (st *store) removeLocked(s *session) {
 // attach leases the open session of scope whose trace the prompt extends, the longest such
 // trace, or opens a new one under the id newID gives. The prompt must be longer than the
 // trace, so a first call (a bare prompt) never attaches to a session holding that prompt and
-// its answer. The best match being in use is ErrSessionBusy: calls of one conversation are
-// sequential.
+// its answer. Sessions with equally long matching traces are interchangeable (the samples of
+// a group whose turns came out the same): a free one is taken. Every longest match being in
+// use is ErrSessionBusy: calls of one conversation are sequential.
 func (st *store) attach(scope string, prompt []int32, metadata map[string]string, newID func() string, now time.Time) (*lease, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var best *session
 	for _, s := range st.scopes[scope] {
-		if len(s.trace) > 0 && len(prompt) > len(s.trace) && (best == nil || len(s.trace) > len(best.trace)) && extends(prompt, s.trace) {
+		if len(s.trace) == 0 || len(prompt) <= len(s.trace) || !extends(prompt, s.trace) {
+			continue
+		}
+		if best == nil || len(s.trace) > len(best.trace) || (len(s.trace) == len(best.trace) && best.busy && !s.busy) {
 			best = s
 		}
 	}
@@ -187,22 +191,26 @@ func (st *store) attach(scope string, prompt []int32, metadata map[string]string
 }
 
 // match leases the one open session that keep selects. None is ErrSessionNotFound, several
-// ErrSessionAmbiguous.
-func (st *store) match(what string, keep func(*session) bool) (*lease, error) {
+// ErrSessionAmbiguous, unless they are interchangeable: then the oldest free one.
+func (st *store) match(what string, interchangeable bool, keep func(*session) bool) (*lease, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var found *session
 	n := 0
 	for _, s := range st.sessions {
-		if keep(s) {
+		if !keep(s) {
+			continue
+		}
+		n++
+		if found == nil || (interchangeable && (found.busy && !s.busy ||
+			found.busy == s.busy && s.created.Before(found.created))) {
 			found = s
-			n++
 		}
 	}
 	switch {
 	case n == 0:
 		return nil, fmt.Errorf("%w: none with %s", ErrSessionNotFound, what)
-	case n > 1:
+	case n > 1 && !interchangeable:
 		return nil, fmt.Errorf("%w: %d open sessions with %s", ErrSessionAmbiguous, n, what)
 	case found.busy:
 		return nil, fmt.Errorf("%w: %q", ErrSessionBusy, found.id)
@@ -214,7 +222,7 @@ func (st *store) match(what string, keep func(*session) bool) (*lease, error) {
 // byMetadata leases the one open session without a client-given id whose first call's
 // metadata has every pair of want.
 func (st *store) byMetadata(want map[string]string) (*lease, error) {
-	return st.match(fmt.Sprintf("metadata %v", want), func(s *session) bool {
+	return st.match(fmt.Sprintf("metadata %v", want), false, func(s *session) bool {
 		if !s.auto {
 			return false
 		}
@@ -227,10 +235,11 @@ func (st *store) byMetadata(want map[string]string) (*lease, error) {
 	})
 }
 
-// byTrace leases the one open session whose current tokens are exactly tokens: the prompt and
-// completion of its last call.
+// byTrace leases an open session whose current tokens are exactly tokens: the prompt and
+// completion of its last call. Sessions with the same tokens hold the same trajectory, so
+// any of them (the oldest free one) takes the result.
 func (st *store) byTrace(tokens []int32) (*lease, error) {
-	return st.match(fmt.Sprintf("a %d-token trace ending the given call", len(tokens)), func(s *session) bool {
+	return st.match(fmt.Sprintf("a %d-token trace ending the given call", len(tokens)), true, func(s *session) bool {
 		return slices.Equal(s.trace, tokens)
 	})
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -206,5 +207,54 @@ func TestMaxTokens(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%+v: %d, %v; want %d", tc, got, err, tc.want)
 		}
+	}
+}
+
+// TestInterchangeableSessions: id-less sessions whose traces are the same
+// (samples of a group whose turns came out alike) are interchangeable: a
+// call extending that trace goes to a free one while another is busy, and
+// a finish by trace takes the oldest free one instead of refusing them all
+// as ambiguous.
+func TestInterchangeableSessions(t *testing.T) {
+	st := newStore(8, 100, time.Minute)
+	now := time.Unix(1000, 0)
+	ids := 0
+	newID := func() string { ids++; return fmt.Sprintf("auto-%d", ids) }
+	first := []int32{1, 2}
+	for i := range 2 {
+		l, err := st.attach("scope", first, nil, newID, now.Add(time.Duration(i)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.record(first, reply("stop", 3), "", 0, now)
+		l.release(true, now)
+	}
+	next := []int32{1, 2, 3, 4}
+	a, err := st.attach("scope", next, nil, newID, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.attach("scope", next, nil, newID, now)
+	if err != nil {
+		t.Fatalf("second call on equal traces: %v (a free session matched)", err)
+	}
+	if a.s == b.s || !a.s.auto || !b.s.auto || ids != 2 {
+		t.Fatalf("calls went to %q and %q, %d sessions made; want the two existing ones", a.s.id, b.s.id, ids)
+	}
+	if _, err := st.attach("scope", next, nil, newID, now); !errors.Is(err, ErrSessionBusy) {
+		t.Errorf("third call while both are busy: %v, want ErrSessionBusy", err)
+	}
+	a.release(true, now)
+	b.release(true, now)
+	trace := []int32{1, 2, 3}
+	l, err := st.byTrace(trace)
+	if err != nil {
+		t.Fatalf("finish by a trace two sessions hold: %v", err)
+	}
+	if l.s.id != "auto-1" {
+		t.Errorf("finish by trace took %q, want the oldest, auto-1", l.s.id)
+	}
+	if _, err := st.byTrace(trace); err != nil {
+		t.Errorf("finish by trace while the oldest is busy: %v, want the other", err)
 	}
 }

@@ -3,8 +3,10 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 
 	"github.com/rollfleet/rollfleet/internal/vllmapi"
 )
@@ -66,11 +68,12 @@ func decodeVerify(body []byte) (*verifyFinish, error) {
 		return nil, vllmapi.BadRequest("response.output has no item with prompt_token_ids and generation_token_ids: " +
 			"the model server must return token information (vllm_model's return_token_id_information)")
 	}
-	for k, raw := range fields {
+	// In key order, so which fields the bound keeps does not vary from call to call.
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		if k == "reward" || k == "response" || len(v.finish.ExtraLogs)+len(v.finish.Info) >= maxVerifyFields {
 			continue
 		}
-		raw = bytes.TrimSpace(raw)
+		raw := bytes.TrimSpace(fields[k])
 		var x float64
 		var s string
 		switch {
