@@ -201,3 +201,28 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, subj messages.Su
 // keeps every record instead of freeing what its reader acknowledged). The
 // stream is left as it is.
 var ErrStreamMismatch = errors.New("bus: existing stream differs from the requested configuration")
+
+// CompactIfEmpty reclaims an emptied stream's disk: when the stream holds
+// no message and has stored some since the sequence given, it purges
+// everything below the next sequence, which is nothing, and returns the
+// stream's last sequence (else it returns since). Why: messages removed by
+// subject or one by one leave deleted bytes and tombstones in the file
+// store's last block until that block fills, which a standing fleet idle
+// between jobs would keep; a purge by sequence drops the block. It is safe
+// when the stream is empty at the time of the check: a message stored
+// after it has a higher sequence and is untouched, and no consumer has a
+// delivery pending below it.
+func CompactIfEmpty(ctx context.Context, st jetstream.Stream, since uint64) (uint64, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return since, err
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs != 0 || last == since {
+		return since, nil
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSequence(last+1)); err != nil {
+		return since, err
+	}
+	return last, nil
+}

@@ -226,3 +226,49 @@ func TestBatchesStreamOnlyForTrainers(t *testing.T) {
 		}
 	}
 }
+
+// CompactIfEmpty purges only an emptied stream, once per sequence, and a
+// message stored after it is kept.
+func TestCompactIfEmpty(t *testing.T) {
+	s := bustest.RunServer(t)
+	js := bustest.JetStream(t, s, "test")
+	subj := messages.NewSubjects("")
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, subj.StreamSteps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, err := bus.CompactIfEmpty(ctx, st, 0); err != nil || last != 0 {
+		t.Fatalf("a stream that never stored anything: %d, %v; want 0", last, err)
+	}
+	for i := range 3 {
+		if err := bus.Publish(ctx, js, subj.Steps("run-1", "e1"), []byte("step"), fmt.Sprint("s", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last, err := bus.CompactIfEmpty(ctx, st, 0); err != nil || last != 0 {
+		t.Fatalf("a stream holding 3 messages: %d, %v; want it left alone", last, err)
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := bus.CompactIfEmpty(ctx, st, 0)
+	if err != nil || last != 3 {
+		t.Fatalf("the emptied stream: %d, %v; want 3", last, err)
+	}
+	if err := bus.Publish(ctx, js, subj.Steps("run-1", "e2"), []byte("kept"), "s3"); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := bus.CompactIfEmpty(ctx, st, last); err != nil || again != last {
+		t.Fatalf("a stream holding a new message: %d, %v; want %d", again, err, last)
+	}
+	raw, err := st.GetMsg(ctx, 4)
+	if err != nil || string(raw.Data) != "kept" {
+		t.Fatalf("the message stored after the compaction: %v, %v", raw, err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	envactor "github.com/rollfleet/rollfleet/actors/env"
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -103,6 +104,10 @@ func endRun(ctx context.Context, js jetstream.JetStream, subj messages.Subjects,
 	st, err := js.Stream(ctx, subj.StreamDecided())
 	if err == nil {
 		err = st.Purge(ctx, jetstream.WithPurgeSubject(subj.DecidedOfRun(run)))
+	}
+	if err == nil {
+		// No other run's decisions left: the stream's blocks go too.
+		_, err = bus.CompactIfEmpty(ctx, st, 0)
 	}
 	if err != nil {
 		log.Debug("decisions of the finished run left to their max age", "run", run, "err", err)

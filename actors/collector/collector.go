@@ -391,31 +391,19 @@ func (c *Collector) compactLoop(ctx context.Context) {
 	}
 }
 
-// compactSteps reclaims the steps stream's disk once it holds no step: it
-// purges everything below the next sequence, which is nothing, and returns
-// the last sequence reclaimed. Why: a decided episode's steps are purged by
-// subject, which leaves them in the file store's active block as deleted
-// bytes (up to a block per stream) until the block fills; a standing fleet
-// between jobs would keep them. A purge by sequence drops the block. It is
-// safe when the stream is empty at the time of the check: a step stored
-// after it has a higher sequence and is untouched, and no consumer has a
-// delivery pending below it (there is no message to deliver).
+// compactSteps reclaims the steps stream's disk once it holds no step
+// (bus.CompactIfEmpty), and returns the last sequence reclaimed.
 func (c *Collector) compactSteps(ctx context.Context, compacted uint64) uint64 {
-	info, err := c.steps.Info(ctx)
+	last, err := bus.CompactIfEmpty(ctx, c.steps, compacted)
 	if err != nil {
-		return compacted
-	}
-	last := info.State.LastSeq
-	if info.State.Msgs != 0 || last == compacted {
-		return compacted
-	}
-	if err := c.steps.Purge(ctx, jetstream.WithPurgeSequence(last+1)); err != nil {
 		if c.purgeWarn.allow(time.Now()) {
 			c.log.Warn("reclaiming the empty steps stream's disk failed", "err", err)
 		}
 		return compacted
 	}
-	c.count(func(s *Stats) { s.Compactions++ })
+	if last != compacted {
+		c.count(func(s *Stats) { s.Compactions++ })
+	}
 	return last
 }
 
