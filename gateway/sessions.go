@@ -45,7 +45,9 @@ type session struct {
 	nsegs    int
 	// trace is the current segment's tokens as of the last release: only appended to, so
 	// its elements may be read under store.mu while a lease holder appends beyond them.
-	trace []int32
+	// traceHash is its hash in the scope's index (auto sessions with a trace only).
+	trace     []int32
+	traceHash uint64
 
 	segs []*segment
 }
@@ -70,7 +72,7 @@ type store struct {
 	sessions map[string]*session
 	// scopes indexes the open sessions without a client-given id by scope, for attaching
 	// calls by prompt; ended sessions leave it.
-	scopes map[string][]*session
+	scopes map[string]*scopeIndex
 	// ended remembers ended session ids until finishedTTL has passed (oldest first in
 	// endedOrder), so a late call cannot reopen a session whose records are published.
 	ended      map[string]time.Time
@@ -80,7 +82,7 @@ type store struct {
 func newStore(maxSessions, maxTokens int, finishedTTL time.Duration) *store {
 	return &store{
 		maxSessions: maxSessions, maxTokens: maxTokens, finishedTTL: finishedTTL,
-		sessions: make(map[string]*session), ended: make(map[string]time.Time), scopes: make(map[string][]*session),
+		sessions: make(map[string]*session), ended: make(map[string]time.Time), scopes: make(map[string]*scopeIndex),
 	}
 }
 
@@ -133,7 +135,13 @@ func (l *lease) release(touch bool, now time.Time) {
 		s.tokens += len(seg.tokens)
 	}
 	if cur := l.current(); cur != nil {
-		s.trace = cur.tokens
+		if idx := st.scopes[s.scope]; s.auto && idx != nil {
+			idx.unindex(s)
+			s.trace = cur.tokens
+			idx.index(s)
+		} else {
+			s.trace = cur.tokens
+		}
 	}
 	if l.created && s.calls == 0 && st.sessions[s.id] == s {
 		st.removeLocked(s)
@@ -146,15 +154,95 @@ func (st *store) removeLocked(s *session) {
 	if !s.auto {
 		return
 	}
-	list := st.scopes[s.scope]
+	if idx := st.scopes[s.scope]; idx != nil {
+		idx.unindex(s)
+		if idx.open--; idx.open == 0 {
+			delete(st.scopes, s.scope)
+		}
+	}
+}
+
+// scopeIndex finds a scope's sessions by their traces: by the hash of the whole trace, and
+// the trace lengths present, so that a prompt is hashed once, prefix by prefix, and looked
+// up only at those lengths, instead of compared with every session's trace (thousands of
+// sessions sharing a long system prompt and tool list, under the store's lock).
+type scopeIndex struct {
+	open    int // sessions of the scope
+	byHash  map[uint64][]*session
+	lengths map[int]int // trace length → sessions indexed with it
+}
+
+func newScopeIndex() *scopeIndex {
+	return &scopeIndex{byHash: make(map[uint64][]*session), lengths: make(map[int]int)}
+}
+
+// traceHasher hashes a token sequence one token at a time (FNV-1a over the tokens' 32 bits),
+// so that every prefix's hash comes on the way.
+type traceHasher uint64
+
+const (
+	fnvOffset traceHasher = 14695981039346656037
+	fnvPrime              = 1099511628211
+)
+
+func (h traceHasher) add(tok int32) traceHasher { return (h ^ traceHasher(uint32(tok))) * fnvPrime }
+
+func hashTrace(trace []int32) uint64 {
+	h := fnvOffset
+	for _, t := range trace {
+		h = h.add(t)
+	}
+	return uint64(h)
+}
+
+func (x *scopeIndex) index(s *session) {
+	if len(s.trace) == 0 {
+		return
+	}
+	s.traceHash = hashTrace(s.trace)
+	x.byHash[s.traceHash] = append(x.byHash[s.traceHash], s)
+	x.lengths[len(s.trace)]++
+}
+
+func (x *scopeIndex) unindex(s *session) {
+	if len(s.trace) == 0 {
+		return
+	}
+	list := x.byHash[s.traceHash]
 	if i := slices.Index(list, s); i >= 0 {
 		list = slices.Delete(list, i, i+1)
 	}
 	if len(list) == 0 {
-		delete(st.scopes, s.scope)
+		delete(x.byHash, s.traceHash)
 	} else {
-		st.scopes[s.scope] = list
+		x.byHash[s.traceHash] = list
 	}
+	if x.lengths[len(s.trace)]--; x.lengths[len(s.trace)] <= 0 {
+		delete(x.lengths, len(s.trace))
+	}
+}
+
+// longest returns the session whose trace the prompt extends, the longest such trace
+// (strictly shorter than the prompt), preferring a free one among equally long ones.
+func (x *scopeIndex) longest(prompt []int32) *session {
+	var best *session
+	h := fnvOffset
+	for n, tok := range prompt[:max(len(prompt)-1, 0)] {
+		h = h.add(tok)
+		if x.lengths[n+1] == 0 {
+			continue
+		}
+		for _, s := range x.byHash[uint64(h)] {
+			if len(s.trace) != n+1 || !extends(prompt, s.trace) {
+				continue // a hash collision
+			}
+			// Lengths only grow along the prompt: s is at least as long as best.
+			if best == nil || len(s.trace) > len(best.trace) || best.busy && !s.busy {
+				best = s
+			}
+		}
+	}
+	return best
 }
 
 // attach leases the open session of scope whose trace the prompt extends, the longest such
@@ -167,13 +255,8 @@ func (st *store) attach(scope string, prompt []int32, metadata map[string]string
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var best *session
-	for _, s := range st.scopes[scope] {
-		if len(s.trace) == 0 || len(prompt) <= len(s.trace) || !extends(prompt, s.trace) {
-			continue
-		}
-		if best == nil || len(s.trace) > len(best.trace) || (len(s.trace) == len(best.trace) && best.busy && !s.busy) {
-			best = s
-		}
+	if idx := st.scopes[scope]; idx != nil {
+		best = idx.longest(prompt)
 	}
 	switch {
 	case best != nil && best.busy:
@@ -186,7 +269,12 @@ func (st *store) attach(scope string, prompt []int32, metadata map[string]string
 	}
 	s := &session{id: newID(), created: now, lastUsed: now, busy: true, scope: scope, auto: true, metadata: metadata}
 	st.sessions[s.id] = s
-	st.scopes[scope] = append(st.scopes[scope], s)
+	idx := st.scopes[scope]
+	if idx == nil {
+		idx = newScopeIndex()
+		st.scopes[scope] = idx
+	}
+	idx.open++
 	return &lease{st: st, s: s, created: true}, nil
 }
 

@@ -258,3 +258,45 @@ func TestInterchangeableSessions(t *testing.T) {
 		t.Errorf("finish by trace while the oldest is busy: %v, want the other", err)
 	}
 }
+
+// TestAttachLongestTrace: a call goes to the session whose trace its prompt
+// extends, the longest one, among sessions sharing prefixes.
+func TestAttachLongestTrace(t *testing.T) {
+	st := newStore(16, 100, time.Minute)
+	now := time.Unix(1000, 0)
+	ids := 0
+	newID := func() string { ids++; return fmt.Sprintf("auto-%d", ids) }
+	open := func(prompt []int32, answer int) string {
+		t.Helper()
+		l, err := st.attach("scope", prompt, nil, newID, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.record(prompt, reply("stop", int32(answer)), "", 0, now)
+		l.release(true, now)
+		return l.s.id
+	}
+	short := open([]int32{1}, 2)   // trace 1 2
+	long := open([]int32{1, 2}, 3) // trace 1 2 3: a prompt no longer than a trace opens its own session
+	other := open([]int32{7}, 8)
+	for _, tc := range []struct {
+		prompt []int32
+		want   string
+	}{
+		{[]int32{1, 2, 3, 4}, long},
+		{[]int32{1, 2, 9}, short},
+		{[]int32{7, 8, 9}, other},
+	} {
+		l, err := st.attach("scope", tc.prompt, nil, newID, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.s.id != tc.want {
+			t.Errorf("prompt %v went to %q, want %q", tc.prompt, l.s.id, tc.want)
+		}
+		l.release(false, now)
+	}
+	if l, err := st.attach("scope", []int32{5, 6}, nil, newID, now); err != nil || l.s.id == short || l.s.id == long || l.s.id == other {
+		t.Errorf("a prompt extending no trace: %v, %v; want a new session", l, err)
+	}
+}
