@@ -2,7 +2,6 @@ package vllm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	gojson "github.com/goccy/go-json"
@@ -77,10 +76,13 @@ func (r *CompletionRequest) validate() error {
 }
 
 // Complete sends POST /v1/completions with the prompt as token ids and asks
-// for exactly what a trainer needs back: the generated token ids
-// (return_token_ids), the sampled token's logprob (logprobs: 0, tokens as
-// "token_id:<id>"), special tokens kept in the text, one choice. A prompt
-// that does not fit the model's context fails with ErrContextLength.
+// for exactly what a trainer needs back: the sampled tokens as
+// "token_id:<id>" strings and their logprobs (logprobs: 0,
+// return_tokens_as_token_ids), special tokens kept in the text, one choice.
+// It does not ask for return_token_ids, whose reply echoes the whole prompt
+// (thousands of ids the server encodes and the client skips on every
+// turn); a server that sends token_ids anyway has them read instead. A
+// prompt that does not fit the model's context fails with ErrContextLength.
 func (c *Client) Complete(ctx context.Context, req CompletionRequest) (_ Completion, err error) {
 	if c.obs != nil {
 		defer func(start time.Time) { c.obs.Completed(time.Since(start), err) }(time.Now())
@@ -166,7 +168,7 @@ func appendCompletionRequest(b []byte, model string, r *CompletionRequest) []byt
 	if r.IncludeStopStrInOutput {
 		b = append(b, `,"include_stop_str_in_output":true`...)
 	}
-	b = append(b, `,"n":1,"logprobs":0,"return_tokens_as_token_ids":true,"return_token_ids":true,"skip_special_tokens":`...)
+	b = append(b, `,"n":1,"logprobs":0,"return_tokens_as_token_ids":true,"skip_special_tokens":`...)
 	b = strconv.AppendBool(b, r.SkipSpecialTokens)
 	return append(b, '}')
 }
@@ -185,21 +187,12 @@ type completionResponse struct {
 type completionChoice struct {
 	Text     string `json:"text"`
 	Logprobs struct {
-		TokenLogprobs logprobList `json:"token_logprobs"`
+		Tokens        tokenIDStrings `json:"tokens"`
+		TokenLogprobs logprobList    `json:"token_logprobs"`
 	} `json:"logprobs"`
 	FinishReason string      `json:"finish_reason"`
 	StopReason   stopReason  `json:"stop_reason"`
 	TokenIDs     tokenIDList `json:"token_ids"`
-}
-
-// tokenStrings is the fallback source of token ids, for servers that do
-// not return token_ids: the "token_id:<id>" strings of the logprobs.
-type tokenStrings struct {
-	Choices []struct {
-		Logprobs struct {
-			Tokens []string `json:"tokens"`
-		} `json:"logprobs"`
-	} `json:"choices"`
 }
 
 // decodeCompletion parses and checks a completion response body.
@@ -217,10 +210,10 @@ func decodeCompletion(data []byte) (Completion, error) {
 	}
 	ids := ch.TokenIDs.ids
 	if !ch.TokenIDs.set {
-		var err error
-		if ids, err = idsFromTokenStrings(data); err != nil {
-			return Completion{}, fmt.Errorf("%w: no token_ids, and %w", ErrBadResponse, err)
+		if !ch.Logprobs.Tokens.set {
+			return Completion{}, fmt.Errorf("%w: neither token_ids nor logprobs.tokens", ErrBadResponse)
 		}
+		ids = ch.Logprobs.Tokens.ids
 	}
 	lps := ch.Logprobs.TokenLogprobs.vals
 	if len(ids) != len(lps) {
@@ -239,24 +232,3 @@ func decodeCompletion(data []byte) (Completion, error) {
 	}, nil
 }
 
-// idsFromTokenStrings reads the token ids from logprobs.tokens. It decodes
-// the body a second time, which only servers without token_ids pay for.
-func idsFromTokenStrings(data []byte) ([]int32, error) {
-	var r tokenStrings
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("logprobs.tokens: %w", err)
-	}
-	if len(r.Choices) != 1 || r.Choices[0].Logprobs.Tokens == nil {
-		return nil, errors.New("no logprobs.tokens")
-	}
-	toks := r.Choices[0].Logprobs.Tokens
-	ids := make([]int32, len(toks))
-	for i, t := range toks {
-		id, err := parseTokenID(t)
-		if err != nil {
-			return nil, fmt.Errorf("logprobs.tokens[%d]: %w", i, err)
-		}
-		ids[i] = id
-	}
-	return ids, nil
-}

@@ -50,6 +50,49 @@ func (l *tokenIDList) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// tokenIDStrings is logprobs.tokens with return_tokens_as_token_ids: a JSON
+// array of "token_id:<id>" strings, parsed into the ids. set is false when
+// the field is absent or null. Any other string (a server that ignored the
+// option) is an error, never a guessed id.
+type tokenIDStrings struct {
+	ids []int32
+	set bool
+}
+
+// UnmarshalJSON implements json.Unmarshaler. Splitting on commas is exact
+// for an array of "token_id:<id>" strings, and a string holding a comma or
+// an escape fails the element check before any later fragment is read.
+func (l *tokenIDStrings) UnmarshalJSON(data []byte) error {
+	if isNull(data) {
+		*l = tokenIDStrings{}
+		return nil
+	}
+	b := trimSpace(data)
+	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
+		return errors.New("logprobs.tokens: not an array")
+	}
+	b = trimSpace(b[1 : len(b)-1])
+	ids := make([]int32, 0, countElements(b))
+	for i := 0; len(b) > 0; i++ {
+		e, rest, more := bytes.Cut(b, []byte{','})
+		e = trimSpace(e)
+		if len(e) < 2 || e[0] != '"' || e[len(e)-1] != '"' || bytes.ContainsAny(e[1:len(e)-1], `"\`) {
+			return fmt.Errorf("logprobs.tokens[%d]: %.40q is not a plain string", i, e)
+		}
+		id, err := parseTokenID(e[1 : len(e)-1])
+		if err != nil {
+			return fmt.Errorf("logprobs.tokens[%d]: %w", i, err)
+		}
+		ids = append(ids, id)
+		if !more {
+			break
+		}
+		b = rest
+	}
+	*l = tokenIDStrings{ids: ids, set: true}
+	return nil
+}
+
 // logprobList is a JSON array of logprobs; set is false when the field is
 // absent or null. A null element (vLLM's placeholder for a token without a
 // logprob) is an error: encoding/json would silently make it 0.
@@ -206,8 +249,8 @@ func parseID[T string | []byte](s T) (int32, error) {
 const tokenIDPrefix = "token_id:"
 
 // parseTokenID parses vLLM's "token_id:<id>" token string.
-func parseTokenID(s string) (int32, error) {
-	if len(s) < len(tokenIDPrefix) || s[:len(tokenIDPrefix)] != tokenIDPrefix {
+func parseTokenID[T string | []byte](s T) (int32, error) {
+	if len(s) < len(tokenIDPrefix) || string(s[:len(tokenIDPrefix)]) != tokenIDPrefix {
 		return 0, fmt.Errorf("token %.40q lacks the %q prefix", s, tokenIDPrefix)
 	}
 	return parseID(s[len(tokenIDPrefix):])

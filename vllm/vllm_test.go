@@ -20,7 +20,7 @@ import (
 )
 
 // completionJSON is a vLLM /v1/completions response as sent for the
-// client's request: logprobs 0, tokens as token ids, return_token_ids. The
+// client's request (logprobs 0, tokens as token ids), with token_ids as a server asked for return_token_ids sends them. The
 // last token is <|im_end|>, whose logprob sits at vLLM's floor of -9999.0.
 const completionJSON = `{"id":"cmpl-8c1e","object":"text_completion","created":1736000000,"model":"Qwen/Qwen3-0.6B",
 "choices":[{"index":0,"text":"<think>\n\n</think>\n\n\\boxed{50}<|im_end|>",
@@ -168,7 +168,7 @@ func TestCompleteRequestBody(t *testing.T) {
 			want: map[string]string{
 				"model": `"m"`, "prompt": `[1,0,151645]`, "max_tokens": `16`, "temperature": `0`,
 				"n": `1`, "logprobs": `0`, "return_tokens_as_token_ids": `true`,
-				"return_token_ids": `true`, "skip_special_tokens": `false`,
+				"skip_special_tokens": `false`,
 			},
 		},
 		{
@@ -182,7 +182,7 @@ func TestCompleteRequestBody(t *testing.T) {
 				"top_p": `0.95`, "top_k": `-1`, "seed": `-7`,
 				"stop": `["</answer>","\"q\"\n\u0001\ufffd"]`, "stop_token_ids": `[151643,151645]`,
 				"n": `1`, "logprobs": `0`, "return_tokens_as_token_ids": `true`,
-				"return_token_ids": `true`, "skip_special_tokens": `false`,
+				"skip_special_tokens": `false`,
 			},
 		},
 		{
@@ -197,7 +197,7 @@ func TestCompleteRequestBody(t *testing.T) {
 				"presence_penalty": `-0.5`, "frequency_penalty": `1.5`, "repetition_penalty": `1.1`,
 				"min_tokens": `2`, "ignore_eos": `true`, "include_stop_str_in_output": `true`,
 				"n": `1`, "logprobs": `0`, "return_tokens_as_token_ids": `true`,
-				"return_token_ids": `true`, "skip_special_tokens": `true`,
+				"skip_special_tokens": `true`,
 			},
 		},
 		{
@@ -206,7 +206,7 @@ func TestCompleteRequestBody(t *testing.T) {
 			want: map[string]string{
 				"model": `"m"`, "prompt": `[5]`, "max_tokens": `1`, "temperature": `1e-07`, "top_k": `20`,
 				"n": `1`, "logprobs": `0`, "return_tokens_as_token_ids": `true`,
-				"return_token_ids": `true`, "skip_special_tokens": `false`,
+				"skip_special_tokens": `false`,
 			},
 		},
 	} {

@@ -122,11 +122,15 @@ class Model:
         r = await self.post("/v1/completions", {
             "model": self.model, "prompt": prompt, "max_tokens": max_tokens,
             "temperature": args.temperature, "top_p": args.top_p, "seed": seed,
-            "n": 1, "logprobs": 0, "return_tokens_as_token_ids": True, "return_token_ids": True,
+            "n": 1, "logprobs": 0, "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
         })
         c = r["choices"][0]
-        return c["token_ids"], c["logprobs"]["token_logprobs"], c["text"], c["finish_reason"]
+        lp = c["logprobs"]
+        # The sampled ids, from the "token_id:<id>" strings (as rollfleet reads them, without
+        # asking for return_token_ids and its echo of the prompt).
+        ids = [int(t[len("token_id:"):]) for t in lp["tokens"]]
+        return ids, lp["token_logprobs"], c["text"], c["finish_reason"]
 
 
 async def episode(model, args, index, out):
