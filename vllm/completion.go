@@ -231,4 +231,3 @@ func decodeCompletion(data []byte) (Completion, error) {
 		PromptTokens: r.Usage.PromptTokens,
 	}, nil
 }
-
