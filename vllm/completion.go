@@ -210,8 +210,11 @@ func decodeCompletion(data []byte) (Completion, error) {
 	}
 	ids := ch.TokenIDs.ids
 	if !ch.TokenIDs.set {
-		if !ch.Logprobs.Tokens.set {
+		switch toks := ch.Logprobs.Tokens; {
+		case !toks.set:
 			return Completion{}, fmt.Errorf("%w: neither token_ids nor logprobs.tokens", ErrBadResponse)
+		case toks.err != nil:
+			return Completion{}, fmt.Errorf("%w: no token_ids, and %w", ErrBadResponse, toks.err)
 		}
 		ids = ch.Logprobs.Tokens.ids
 	}

@@ -53,35 +53,45 @@ func (l *tokenIDList) UnmarshalJSON(data []byte) error {
 // tokenIDStrings is logprobs.tokens with return_tokens_as_token_ids: a JSON
 // array of "token_id:<id>" strings, parsed into the ids. set is false when
 // the field is absent or null. Any other string (a server that ignored the
-// option) is an error, never a guessed id.
+// option) is err, never a guessed id; it matters only to a reply without
+// token_ids, so it is kept, not returned.
 type tokenIDStrings struct {
 	ids []int32
 	set bool
+	err error
 }
 
-// UnmarshalJSON implements json.Unmarshaler. Splitting on commas is exact
-// for an array of "token_id:<id>" strings, and a string holding a comma or
-// an escape fails the element check before any later fragment is read.
+// UnmarshalJSON implements json.Unmarshaler.
 func (l *tokenIDStrings) UnmarshalJSON(data []byte) error {
 	if isNull(data) {
 		*l = tokenIDStrings{}
 		return nil
 	}
+	ids, err := parseTokenIDStrings(data)
+	*l = tokenIDStrings{ids: ids, set: true, err: err}
+	return nil
+}
+
+// parseTokenIDStrings parses a JSON array of "token_id:<id>" strings.
+// Splitting on commas is exact for such an array, and a string holding a
+// comma or an escape fails the element check before any later fragment is
+// read.
+func parseTokenIDStrings(data []byte) ([]int32, error) {
 	b := trimSpace(data)
 	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
-		return errors.New("logprobs.tokens: not an array")
+		return nil, errors.New("logprobs.tokens: not an array")
 	}
 	b = trimSpace(b[1 : len(b)-1])
 	ids := make([]int32, 0, countElements(b))
 	for i := 0; len(b) > 0; i++ {
 		e, rest, more := bytes.Cut(b, []byte{','})
 		e = trimSpace(e)
-		if len(e) < 2 || e[0] != '"' || e[len(e)-1] != '"' || bytes.ContainsAny(e[1:len(e)-1], `"\`) {
-			return fmt.Errorf("logprobs.tokens[%d]: %.40q is not a plain string", i, e)
+		if len(e) < 2 || e[0] != '"' || e[len(e)-1] != '"' || bytes.ContainsAny(e[1:len(e)-1], `"\\`) {
+			return nil, fmt.Errorf("logprobs.tokens[%d]: %.40q is not a plain string", i, e)
 		}
 		id, err := parseTokenID(e[1 : len(e)-1])
 		if err != nil {
-			return fmt.Errorf("logprobs.tokens[%d]: %w", i, err)
+			return nil, fmt.Errorf("logprobs.tokens[%d]: %w", i, err)
 		}
 		ids = append(ids, id)
 		if !more {
@@ -89,8 +99,7 @@ func (l *tokenIDStrings) UnmarshalJSON(data []byte) error {
 		}
 		b = rest
 	}
-	*l = tokenIDStrings{ids: ids, set: true}
-	return nil
+	return ids, nil
 }
 
 // logprobList is a JSON array of logprobs; set is false when the field is

@@ -253,11 +253,13 @@ func TestCompleteInvalidRequest(t *testing.T) {
 }
 
 // TestCompleteTokenIDFallback covers servers that do not send token_ids:
-// the ids come from the "token_id:<id>" logprob tokens.
+// the ids come from the "token_id:<id>" logprob tokens. A server that sends
+// token_ids has them read, whatever its logprob tokens look like.
 func TestCompleteTokenIDFallback(t *testing.T) {
 	for name, body := range map[string]string{
-		"absent": strings.Replace(completionJSON, `"token_ids":[151667,271,151668,271,59,90,151645],`, "", 1),
-		"null":   strings.Replace(completionJSON, `"token_ids":[151667,271,151668,271,59,90,151645]`, `"token_ids":null`, 1),
+		"absent":                               strings.Replace(completionJSON, `"token_ids":[151667,271,151668,271,59,90,151645],`, "", 1),
+		"null":                                 strings.Replace(completionJSON, `"token_ids":[151667,271,151668,271,59,90,151645]`, `"token_ids":null`, 1),
+		"token_ids beside plain token strings": strings.Replace(completionJSON, `"token_id:271","token_id:151668"`, `"\n\n","</think>"`, 1),
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, _ := server(t, reply(200, body))

@@ -87,9 +87,11 @@ func (c *cache) add(key runKey, s stored, now time.Time) {
 		r = make(run)
 		e.runs[key] = r
 	}
-	e.seqs = append(e.seqs, s.seq)
-	e.bytes += 8
-	c.bytes += 8
+	if !slices.Contains(e.seqs, s.seq) { // a redelivery is the same message
+		e.seqs = append(e.seqs, s.seq)
+		e.bytes += 8
+		c.bytes += 8
+	}
 	if _, dup := r[s.ev.Turn]; !dup {
 		n := stepBytes(s.ev)
 		r[s.ev.Turn] = s
@@ -102,29 +104,25 @@ func (c *cache) add(key runKey, s stored, now time.Time) {
 	}
 }
 
-// run returns a copy of the cached steps of one run (nil when none).
-func (c *cache) run(id string, key runKey) run {
+// runAndSeqs returns a copy of the cached steps of one run (nil when
+// none) and, read under the same lock, the stream sequences
+// of every step of the episode delivered here when this run is the only one
+// cached (else nil).
+func (c *cache) runAndSeqs(id string, key runKey) (run, []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.byID[id]
 	if e == nil || e.runs[key] == nil {
-		return nil
+		return nil, nil
 	}
 	cp := make(run, len(e.runs[key]))
 	for t, s := range e.runs[key] {
 		cp[t] = s
 	}
-	return cp
-}
-
-// seqs returns the stream sequences of the episode's steps delivered here.
-func (c *cache) seqs(id string) []uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.byID[id]; e != nil {
-		return slices.Clone(e.seqs)
+	if len(e.runs) != 1 {
+		return cp, nil
 	}
-	return nil
+	return cp, slices.Clone(e.seqs)
 }
 
 // request returns the episode request of a cached run of the episode,

@@ -31,7 +31,7 @@ func TestCacheBounds(t *testing.T) {
 		if n, _, evicted := c.size(); n != 100 || evicted != 900 {
 			t.Fatalf("%d cached, %d evicted; want 100 and 900", n, evicted)
 		}
-		if c.run("999", runKey{attempt: 1}) == nil || c.run("0", runKey{attempt: 1}) != nil {
+		if cached(c, "999") == nil || cached(c, "0") != nil {
 			t.Fatal("not the least recently touched episodes were evicted")
 		}
 	})
@@ -51,7 +51,7 @@ func TestCacheBounds(t *testing.T) {
 		if n := c.expire(now.Add(90*time.Second), time.Minute); n != 1 {
 			t.Fatalf("expired %d, want 1", n)
 		}
-		if c.run("old", runKey{attempt: 1}) != nil || c.run("new", runKey{attempt: 1}) == nil {
+		if cached(c, "old") != nil || cached(c, "new") == nil {
 			t.Fatal("expired the wrong episode")
 		}
 		c.drop("new")
@@ -132,4 +132,10 @@ func TestFullGroupsStreamHoldsTheGroup(t *testing.T) {
 	if got := len(f.outputs(t).groups); got != 2 {
 		t.Fatalf("%d groups stored, want 2", got)
 	}
+}
+
+// cached is the cached first run of episode id (nil when none).
+func cached(c *cache, id string) run {
+	r, _ := c.runAndSeqs(id, runKey{attempt: 1})
+	return r
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -187,8 +188,10 @@ type Collector struct {
 	// decisions is the stream of episodes' decisions, set by Run.
 	decisions jetstream.Stream
 	purgeWarn every
-	// deletes carries decided steps' sequences to deleteLoop.
-	deletes chan uint64
+	// deletes carries decided steps' sequences to deleteLoop; deleteWarn
+	// limits the log of failed deletes.
+	deletes    chan uint64
+	deleteWarn every
 	// full follows the output streams that refuse records for being full.
 	full fullStreams
 
@@ -207,6 +210,7 @@ func New(js jetstream.JetStream, opts Options) *Collector {
 		finished:   newRecent(1 << 16),
 		groups:     make(map[string]*group),
 		purgeWarn:  every{interval: time.Minute},
+		deleteWarn: every{interval: time.Minute},
 		groupWarn:  every{interval: time.Minute},
 		groupOrder: list.New(),
 		deletes:    make(chan uint64, 1<<14),
@@ -310,10 +314,20 @@ func (c *Collector) Run(ctx context.Context) error {
 	// have their outcomes published (each publish is bounded by bus.Publish)
 	// instead of failing and coming back to another collector.
 	work := context.WithoutCancel(ctx)
+	// The deleters outlive ctx by at most deleteGrace, so a shutdown while
+	// the server is unreachable does not wait out every queued delete.
+	delCtx, stopDeleting := context.WithCancel(work)
+	defer stopDeleting()
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(deleteGrace, stopDeleting) })
+	defer stopGrace()
+	var deleting sync.WaitGroup
+	for range deleters {
+		deleting.Go(func() { c.deleteLoop(delCtx) })
+	}
 	deleterDone := make(chan struct{})
 	go func() {
-		defer close(deleterDone)
-		c.deleteLoop(work)
+		deleting.Wait()
+		close(deleterDone)
 	}()
 	c.halt = ctx.Done()
 	// Consume delivers serially on one goroutine.
@@ -465,10 +479,12 @@ func (c *Collector) reject(m jetstream.Msg, ev *messages.StepEvent, why string) 
 }
 
 // decide records the outcome of the run that the terminal step s ends.
-// When the run was assembled from what this collector was delivered, it
-// returns the stream sequences of every step of the episode delivered here
-// (s included), which can then be deleted one by one; otherwise nil, and
-// the episode's steps are purged by subject.
+// When the run was assembled from what this collector was delivered, and it
+// is the episode's first run (its first delivery, the only run cached), it
+// returns the stream sequences of the episode's steps (s included), which
+// can then be deleted one by one; otherwise nil, and the episode's steps
+// are purged by subject: an earlier run's steps may have gone to another
+// collector or out of the cache.
 func (c *Collector) decide(ctx context.Context, key runKey, s stored) ([]uint64, error) {
 	ev := s.ev
 	id := ev.EpisodeID
@@ -491,14 +507,17 @@ func (c *Collector) decide(ctx context.Context, key runKey, s stored) ([]uint64,
 		p.apply(ev)
 		return nil, c.record(ctx, id, key.String(), p)
 	}
-	r := c.cache.run(id, key)
+	r, seqs := c.cache.runAndSeqs(id, key)
 	if r == nil {
 		r = make(run, 1)
 	}
 	r[ev.Turn] = s
 	p, complete := assemble(r, ev.Turn)
 	if complete {
-		steps := append(c.cache.seqs(id), s.seq)
+		var steps []uint64
+		if key.attempt <= 1 && (seqs != nil || ev.Turn == 0) {
+			steps = append(seqs, s.seq)
+		}
 		return steps, c.record(ctx, id, key.String(), p)
 	}
 	// Some turns came to another collector, or were evicted here: the
@@ -713,6 +732,9 @@ func (c *Collector) ackAndPurge(ctx context.Context, m jetstream.Msg, run, id st
 	c.purge(ctx, run, id)
 }
 
+// deleteGrace is how long the step deleters go on after Run's context ends.
+const deleteGrace = 5 * time.Second
+
 // deleteSteps hands the sequences of decided steps to the deleter, waiting
 // while it is that far behind.
 //
@@ -727,20 +749,35 @@ func (c *Collector) deleteSteps(seqs []uint64) {
 	}
 }
 
+// deleters is how many goroutines delete decided steps: each delete is a
+// round trip (a raft commit on a replicated stream), so several overlap.
+const deleters = 4
+
 // deleteLoop deletes the steps handed to deleteSteps until the channel is
-// closed. A failure costs only disk until the steps' max age, so it is
-// logged (once a minute at most), not retried beyond bus.Retry.
+// closed; several run at once. A failure costs only disk until the steps'
+// max age, so it is logged (once a minute at most), not retried beyond
+// bus.Retry. Once ctx ends, what is still queued is dropped the same way.
 func (c *Collector) deleteLoop(ctx context.Context) {
 	for seq := range c.deletes {
-		err := bus.Retry(ctx, func(ctx context.Context) error { return c.steps.DeleteMsg(ctx, seq) })
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			err = nil // deleted already: a repeat delivery, or the compaction
+		if ctx.Err() != nil {
+			continue // stopping: left to the max age
 		}
-		if err != nil && c.purgeWarn.allow(time.Now()) {
+		err := bus.Retry(ctx, func(ctx context.Context) error { return c.steps.DeleteMsg(ctx, seq) })
+		if err != nil && !deletedAlready(err) && c.deleteWarn.allow(time.Now()) {
 			c.log.Warn("deleting a decided episode's step failed; it stays until its max age", "seq", seq, "err", err)
 		}
 	}
+}
+
+// deletedAlready reports whether a delete failed because the message is
+// gone: a step delivered twice, or removed by a compaction. nats.go reports
+// the server's refusal as text (ErrMsgDeleteUnsuccessful), without its code.
+func deletedAlready(err error) bool {
+	if !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "not found") || strings.Contains(msg, "no message")
 }
 
 // encode encodes a trajectory, or reports that it cannot be published: too

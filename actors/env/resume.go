@@ -152,7 +152,7 @@ func (e *episode) resume(ctx context.Context, prior *priorRun, obs0 string) (boo
 	}
 	e.resumed = last.Resumed + 1
 	single := messages.SingleTurnStyle(e.req.ObsStyle)
-	e.tokens = e.tokens[:0]
+	e.tokens = nil // never reused: it may share a cached tokenization
 	if single {
 		e.history = []string{obs0}
 	}
