@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/control"
 	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/fleet/fleettest"
 	"github.com/rollfleet/rollfleet/fleetstatus"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/trainer"
@@ -40,14 +39,7 @@ type testFleet struct {
 
 func startFleet(t *testing.T) *testFleet {
 	t.Helper()
-	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: filepath.Join(t.TempDir(), "nats")})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	f, err := fleet.StartStanding(ctx, fleet.Options{NATS: s.ClientURL(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
+	url, f := fleettest.Listening(t)
 	nc, err := f.Connect("test")
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +48,7 @@ func startFleet(t *testing.T) *testFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testFleet{url: s.ClientURL(), nc: nc, tc: tc}
+	return &testFleet{url: url, nc: nc, tc: tc}
 }
 
 func testContext(t *testing.T) context.Context {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
-	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/fleet/fleettest"
 	"github.com/rollfleet/rollfleet/fleetstatus"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/trainer"
@@ -29,14 +29,7 @@ import (
 // server's URL and a trainer client.
 func standingFleet(t *testing.T) (string, *trainer.Client) {
 	t.Helper()
-	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: filepath.Join(t.TempDir(), "nats")})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	f, err := fleet.StartStanding(ctx, fleet.Options{NATS: s.ClientURL(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
+	url, f := fleettest.Listening(t)
 	nc, err := f.Connect("trainer")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +38,7 @@ func standingFleet(t *testing.T) (string, *trainer.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.ClientURL(), tc
+	return url, tc
 }
 
 // rolloutOut runs the rollout binary to its end (bounded) and returns its
