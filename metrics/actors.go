@@ -288,7 +288,7 @@ func (m *Metrics) WatchLLM(w *llm.Worker) error {
 			for _, e := range w.Endpoints() {
 				constant(ch, healthy, prometheus.GaugeValue, boolean(e.Healthy), e.URL)
 				constant(ch, inFlight, prometheus.GaugeValue, float64(e.InFlight), e.URL)
-				constant(ch, capacity, prometheus.GaugeValue, float64(e.MaxInFlight), e.URL)
+				constant(ch, capacity, prometheus.GaugeValue, float64(e.Max), e.URL)
 			}
 			st := w.Stats()
 			for kind, n := range map[string]uint64{"generate": st.Generate, "tokenize": st.Tokenize, "detokenize": st.Detokenize, "info": st.Info} {

@@ -64,8 +64,8 @@ type Status struct {
 	Policy *messages.PolicyState `json:"policy,omitempty"`
 	// Stats are the actor's counters; Endpoints an LLM worker's model
 	// endpoints.
-	Stats     any                  `json:"stats"`
-	Endpoints []llm.EndpointStatus `json:"endpoints,omitempty"`
+	Stats     any                       `json:"stats"`
+	Endpoints []messages.EndpointStatus `json:"endpoints,omitempty"`
 }
 
 // StatusSubject is the subject of the status endpoint of an actor kind.

@@ -194,7 +194,7 @@ func TestAdaptiveInFlight(t *testing.T) {
 	f := newFixture(t)
 	m := newModel(t, toyllm.Options{MaxConcurrent: capacity, TokenLatency: 2 * time.Millisecond}, nil)
 	w := f.start(t, Options{LoadInterval: 5 * time.Millisecond}, m)
-	capNow := func() int { return w.Endpoints()[0].MaxInFlight }
+	capNow := func() int { return int(w.Endpoints()[0].Max) }
 	if c := capNow(); c != adaptiveStart {
 		t.Fatalf("cap %d at the start, want %d", c, adaptiveStart)
 	}

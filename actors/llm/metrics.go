@@ -23,24 +23,14 @@ func (o *Options) observer(u string) vllm.Observer {
 	return o.Metrics.Endpoint(strings.TrimRight(u, "/"))
 }
 
-// EndpointStatus is the state of one model endpoint of a worker.
-type EndpointStatus struct {
-	URL string `json:"url"`
-	// Healthy is false while the endpoint is marked down (after a failed
-	// call, until its /health answers).
-	Healthy bool `json:"healthy"`
-	// InFlight is the number of requests it serves now, MaxInFlight its
-	// bound (an adaptive bound's current value).
-	InFlight    int `json:"in_flight"`
-	MaxInFlight int `json:"max_in_flight"`
-}
-
-// Endpoints returns the state of the worker's model endpoints.
-func (w *Worker) Endpoints() []EndpointStatus {
-	out := make([]EndpointStatus, len(w.router.eps))
+// Endpoints returns the state of the worker's model endpoints: health, the
+// requests each serves now and its in-flight bound (an adaptive bound's
+// current value).
+func (w *Worker) Endpoints() []messages.EndpointStatus {
+	out := make([]messages.EndpointStatus, len(w.router.eps))
 	for i, e := range w.router.eps {
 		n, limit := e.slots.inFlight()
-		out[i] = EndpointStatus{URL: e.url, Healthy: e.healthy.Load(), InFlight: n, MaxInFlight: limit}
+		out[i] = messages.EndpointStatus{URL: e.url, Healthy: e.healthy.Load(), InFlight: int64(n), Max: int64(limit)}
 	}
 	return out
 }

@@ -420,18 +420,8 @@ func (w *Worker) status() messages.WorkerStatus {
 	st := w.gens.ctl.State()
 	return messages.WorkerStatus{
 		Kind: messages.WorkerLLM, ID: w.opts.ID, Epoch: st.Epoch, Version: st.Version, Paused: st.Paused,
-		InFlight: w.gens.inFlight(), Held: w.gens.held.Load(), Endpoints: w.endpointStatus(),
+		InFlight: w.gens.inFlight(), Held: w.gens.held.Load(), Endpoints: w.Endpoints(),
 	}
-}
-
-// endpointStatus reports the model servers' health and load.
-func (w *Worker) endpointStatus() []messages.EndpointStatus {
-	out := make([]messages.EndpointStatus, len(w.router.eps))
-	for i, e := range w.router.eps {
-		n, limit := e.slots.inFlight()
-		out[i] = messages.EndpointStatus{URL: e.url, Healthy: e.healthy.Load(), InFlight: int64(n), Max: int64(limit)}
-	}
-	return out
 }
 
 // generateReply generates req's completion under the fleet's current policy
