@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/messages"
 )
 
 // ErrTooLarge means a message exceeds the server's maximum payload.
@@ -43,6 +45,16 @@ func streamFull(err error) bool {
 // Retry does, for up to 20 s.
 func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) error {
 	return PublishMsg(ctx, js, &nats.Msg{Subject: subject, Data: data}, msgID)
+}
+
+// TracedMsg is a message carrying traceparent (a W3C trace context, as
+// messages.Traceparent writes it) as its header; none when it is empty.
+func TracedMsg(subject string, data []byte, traceparent string) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Data: data}
+	if traceparent != "" {
+		m.Header = nats.Header{messages.HeaderTraceparent: []string{traceparent}}
+	}
+	return m
 }
 
 // PublishMsg is Publish for a message with headers (a traceparent, say); msg's header gains

@@ -452,11 +452,10 @@ func (s *submitter) run(ctx context.Context, waitDecided func(context.Context, i
 // episodeMsg is an episode request's message, with its trace context as a
 // traceparent header.
 func episodeMsg(subject string, data []byte, traceID string) *nats.Msg {
-	m := &nats.Msg{Subject: subject, Data: data}
-	if traceID != "" {
-		m.Header = nats.Header{messages.HeaderTraceparent: []string{messages.Traceparent(traceID, messages.NewSpanID())}}
+	if traceID == "" {
+		return bus.TracedMsg(subject, data, "")
 	}
-	return m
+	return bus.TracedMsg(subject, data, messages.Traceparent(traceID, messages.NewSpanID()))
 }
 
 // watchPolicy keeps the plan's policy version current, for the episodes

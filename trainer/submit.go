@@ -422,10 +422,8 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, from,
 		if err != nil {
 			return fmt.Errorf("trainer: episode %s: %w", q.EpisodeID, err)
 		}
-		p := pending{id: episodeMsgID(man.BatchID, q.EpisodeID), msg: &nats.Msg{
-			Subject: c.subj.Episodes(q.RunID, q.Env), Data: data,
-			Header: nats.Header{messages.HeaderTraceparent: []string{messages.Traceparent(q.TraceID, messages.NewSpanID())}},
-		}}
+		p := pending{id: episodeMsgID(man.BatchID, q.EpisodeID),
+			msg: bus.TracedMsg(c.subj.Episodes(q.RunID, q.Env), data, messages.Traceparent(q.TraceID, messages.NewSpanID()))}
 		p.ack, err = c.js.PublishMsgAsync(p.msg, jetstream.WithMsgID(p.id))
 		if err != nil {
 			p.ack = nil

@@ -770,10 +770,7 @@ func request[T any, P interface {
 		if err != nil {
 			return nil, fmt.Errorf("%w: encode %s request: %v", errEpisode, subject, err)
 		}
-		rm := &nats.Msg{Subject: subject, Data: data}
-		if traceparent != "" {
-			rm.Header = nats.Header{messages.HeaderTraceparent: []string{traceparent}}
-		}
+		rm := bus.TracedMsg(subject, data, traceparent)
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		m, err := w.nc.RequestMsgWithContext(rctx, rm)
 		cancel()
@@ -825,9 +822,5 @@ func (w *Worker) publish(ctx context.Context, subject string, v any, msgID, trac
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", subject, err)
 	}
-	m := &nats.Msg{Subject: subject, Data: data}
-	if traceparent != "" {
-		m.Header = nats.Header{messages.HeaderTraceparent: []string{traceparent}}
-	}
-	return bus.PublishMsg(ctx, w.js, m, msgID)
+	return bus.PublishMsg(ctx, w.js, bus.TracedMsg(subject, data, traceparent), msgID)
 }
