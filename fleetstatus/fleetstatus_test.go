@@ -59,21 +59,6 @@ func testContext(t *testing.T) context.Context {
 
 func seed(s uint64) *uint64 { return &s }
 
-// waitFor polls f until it returns nil, failing the test with its last
-// error at the deadline.
-func waitFor(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: not after 60s: %v", what, err)
-}
-
 // A server no fleet has used has no streams, no workers and no policy, and
 // the text says so.
 func TestStatusOfAnEmptyServer(t *testing.T) {
@@ -137,7 +122,8 @@ func TestStatusOfARunningFleet(t *testing.T) {
 	}()
 
 	// Paused: everything waits.
-	waitFor(t, "the batch and the run in the snapshot", func() error {
+	// Until the batch and the run are in the snapshot.
+	bustest.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
 		if snap, err = fleetstatus.Collect(ctx, tf.nc, fleetstatus.Options{}); err != nil {
 			return err
 		}
@@ -182,7 +168,8 @@ func TestStatusOfARunningFleet(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the batch decided", func() error {
+	// Until the batch is decided.
+	bustest.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
 		if snap, err = fleetstatus.Collect(ctx, tf.nc, fleetstatus.Options{}); err != nil {
 			return err
 		}
@@ -315,7 +302,8 @@ func (tf *testFleet) submit(t *testing.T, b trainer.Batch) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "batch "+id+" decided", func() error {
+	// Until the batch is decided.
+	bustest.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
 		st, err := tf.tc.Status(ctx)
 		if err != nil {
 			return err
