@@ -120,9 +120,6 @@ func New() *Metrics {
 	return m
 }
 
-// Registry is the registry the families are in, for adding more.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
 // ObserveBus makes this process's JetStream publishes and retries feed m
 // (see bus.SetObserver); restore puts back the observer it replaced.
 func (m *Metrics) ObserveBus() (restore func()) {

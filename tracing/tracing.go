@@ -8,7 +8,6 @@ package tracing
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -99,17 +98,6 @@ func (e *Exporter) Tracer(name string) trace.Tracer {
 		return nil
 	}
 	return e.tp.Tracer(name)
-}
-
-// Flush sends every ended span now.
-func (e *Exporter) Flush(ctx context.Context) error {
-	if e == nil {
-		return nil
-	}
-	if err := e.tp.ForceFlush(ctx); err != nil {
-		return fmt.Errorf("tracing: flush: %w", err)
-	}
-	return nil
 }
 
 // Shutdown sends the spans not yet sent and stops the exporter; ctx bounds the wait.
@@ -220,7 +208,7 @@ func RemoteParent(ctx context.Context, traceparent string) context.Context {
 	if sc.TraceID, err = trace.TraceIDFromHex(tid); err != nil {
 		return ctx
 	}
-	if _, err = hex.Decode(sc.SpanID[:], []byte(sid)); err != nil {
+	if sc.SpanID, err = trace.SpanIDFromHex(sid); err != nil {
 		return ctx
 	}
 	sc.TraceFlags, sc.Remote = trace.FlagsSampled, true
