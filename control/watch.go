@@ -108,6 +108,15 @@ func (w *Watcher) Close() {
 	_ = w.sub.Unsubscribe()
 }
 
+// Current is State for a watcher that may not exist yet: false on a nil
+// watcher (a worker whose Run has not started following the fleet).
+func (w *Watcher) Current() (messages.PolicyState, bool) {
+	if w == nil {
+		return messages.PolicyState{}, false
+	}
+	return w.State(), true
+}
+
 // State is the policy state the fleet is in, as far as this watcher knows.
 func (w *Watcher) State() messages.PolicyState {
 	w.mu.Lock()

@@ -749,10 +749,7 @@ func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
 	opts := p.opts
 	n := opts.NSamples
 	g, i := idx/n, idx%n
-	var row DatasetRow
-	if len(p.rows) > 0 {
-		row = p.rows[g%len(p.rows)]
-	}
+	row := p.row(idx)
 	if row.Env == "" && len(p.envIDs) > 0 {
 		row.Env = p.envIDs[g%len(p.envIDs)]
 	}

@@ -89,10 +89,4 @@ func (w *Worker) ID() string { return w.opts.ID }
 
 // Policy returns the policy state the worker follows, and false before Run
 // has read it.
-func (w *Worker) Policy() (messages.PolicyState, bool) {
-	ctl := w.watcher.Load()
-	if ctl == nil {
-		return messages.PolicyState{}, false
-	}
-	return ctl.State(), true
-}
+func (w *Worker) Policy() (messages.PolicyState, bool) { return w.watcher.Load().Current() }
