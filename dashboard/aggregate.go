@@ -242,7 +242,9 @@ func (a *aggregator) trajectory(now time.Time, t *messages.Trajectory) {
 		a.duplicates++
 		return
 	}
-	a.each(now, t.Env, func(c *counts) { c.addTrajectory(t) })
+	var one counts // counted once, added to every bucket it belongs to
+	one.addTrajectory(t)
+	a.each(now, t.Env, func(c *counts) { c.add(one) })
 	if t.Turns > 0 {
 		a.latency.observe(float64(t.GenerateNanos) / float64(t.Turns) / 1e6)
 	}

@@ -162,7 +162,7 @@ func (c *streamCollector) readStreams() []prometheus.Metric {
 	for _, name := range c.names {
 		st, err := c.js.Stream(ctx, name)
 		if err != nil {
-			continue
+			continue // left out of this scrape; the readiness check (/readyz) names it
 		}
 		info := st.CachedInfo()
 		out = append(out,
