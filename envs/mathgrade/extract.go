@@ -321,6 +321,31 @@ type candidate struct {
 	ans        Answer
 }
 
+// envPat and exprPat are a level's environment and plain-expression patterns.
+type envPat struct {
+	re   *regexp.Regexp
+	hope bool
+}
+type exprPat struct {
+	re         *regexp.Regexp
+	hope, noEq bool
+}
+
+// extractLevels are the extraction priorities ExtractAnswer tries in order.
+var extractLevels = []struct {
+	prio  int
+	boxed bool
+	env   []envPat
+	expr  []exprPat
+	any   bool
+}{
+	{prio: 0, env: []envPat{{finalIsRe, true}}, expr: []exprPat{{finalIsRe, true, false}}},
+	{prio: 50, boxed: true, env: []envPat{{finalJustIsRe, false}}, expr: []exprPat{{finalJustIsX, false, false}}},
+	{prio: 100, env: []envPat{{answerColonRe, false}}, expr: []exprPat{{answerColonEq, false, true}}},
+	{prio: 200, env: []envPat{{answerWordRe, false}}, expr: []exprPat{{answerWordEq, false, true}}},
+	{prio: 300, any: true},
+}
+
 // ExtractAnswer finds the answer of a response as math_verify's parser does
 // with NeMo Gym's prediction targets (plain expressions and LaTeX, boxed at
 // priority 50), without NeMo Gym's requirement of a box:
@@ -346,28 +371,7 @@ func ExtractAnswer(response string) (Answer, bool) {
 		off = len(s) - maxScan
 	}
 	w := s[off:]
-	type envPat struct {
-		re   *regexp.Regexp
-		hope bool
-	}
-	type exprPat struct {
-		re         *regexp.Regexp
-		hope, noEq bool
-	}
-	levels := []struct {
-		prio  int
-		boxed bool
-		env   []envPat
-		expr  []exprPat
-		any   bool
-	}{
-		{prio: 0, env: []envPat{{finalIsRe, true}}, expr: []exprPat{{finalIsRe, true, false}}},
-		{prio: 50, boxed: true, env: []envPat{{finalJustIsRe, false}}, expr: []exprPat{{finalJustIsX, false, false}}},
-		{prio: 100, env: []envPat{{answerColonRe, false}}, expr: []exprPat{{answerColonEq, false, true}}},
-		{prio: 200, env: []envPat{{answerWordRe, false}}, expr: []exprPat{{answerWordEq, false, true}}},
-		{prio: 300, any: true},
-	}
-	for _, lv := range levels {
+	for _, lv := range extractLevels {
 		var cands []candidate
 		add := func(c candidate) {
 			if strings.TrimSpace(c.ans.Text) != "" {
@@ -483,13 +487,20 @@ func envChainAt(s string, at, prio int) (candidate, bool) {
 	return candidate{at, pos, Answer{strings.Join(parts, ","), TargetLatex, prio}}, true
 }
 
+// operatorSigns and digitSeparators rewrite matched expressions and numbers:
+// built once, not per match.
+var (
+	operatorSigns   = strings.NewReplacer("×", "*", "÷", "/")
+	digitSeparators = strings.NewReplacer(",", "", " ", "")
+)
+
 // exprAt matches a plain expression or number at s[at:]; an expression needs
 // an operator and the right kind of neighbours, a number does not.
 func exprAt(s string, at, prio int) (candidate, bool) {
 	rest := s[at:min(len(s), at+exprWindow)]
 	if m := exprAtRe.FindStringSubmatchIndex(rest); m != nil {
 		text := strings.TrimSpace(rest[m[2]:m[3]])
-		text = strings.NewReplacer("×", "*", "÷", "/").Replace(text)
+		text = operatorSigns.Replace(text)
 		return candidate{at, at + m[3], Answer{text, TargetExpr, prio}}, true
 	}
 	m := numAtRe.FindStringSubmatchIndex(rest)
@@ -504,7 +515,7 @@ func exprAt(s string, at, prio int) (candidate, bool) {
 	}
 	integer := group(1) + group(3) + group(6)
 	decimal := group(2) + group(4) + group(5)
-	integer = strings.NewReplacer(",", "", " ", "").Replace(integer)
+	integer = digitSeparators.Replace(integer)
 	neg := strings.HasPrefix(integer, "-")
 	integer = strings.TrimLeft(strings.TrimPrefix(integer, "-"), "0")
 	if integer == "" {
