@@ -119,7 +119,7 @@ func (m *mathEnv) Step(action string) StepResult {
 	m.s.Extracted, m.s.Reward, m.s.Library = g.Extracted, g.Reward, g.Reward
 	m.s.Boxed, m.s.Evaluations, m.s.JudgeError = "", "", ""
 	if m.s.Judge && g.Reward == 0 {
-		if box, ok := lastBoxRaw(action); ok && strings.TrimSpace(box) != "" {
+		if box, ok := mathgrade.LastBoxRaw(action); ok && strings.TrimSpace(box) != "" {
 			m.s.Boxed = box
 		}
 	}
@@ -158,27 +158,6 @@ func (m *mathEnv) Judge(v JudgeVerdict) StepResult {
 		m.s.Reward = 1
 	}
 	return m.result()
-}
-
-// lastBoxRaw is NeMo Gym's _extract_last_boxed_answer: the exact content of
-// the last complete \boxed{…}, every brace counted.
-func lastBoxRaw(s string) (string, bool) {
-	i := strings.LastIndex(s, `\boxed{`)
-	if i < 0 {
-		return "", false
-	}
-	start, depth := i+len(`\boxed{`), 1
-	for j := start; j < len(s); j++ {
-		switch s[j] {
-		case '{':
-			depth++
-		case '}':
-			if depth--; depth == 0 {
-				return s[start:j], true
-			}
-		}
-	}
-	return "", false
 }
 
 // Instructions is the question as the env asks it.

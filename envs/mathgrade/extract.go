@@ -120,27 +120,33 @@ func Extract(response string) (string, error) {
 }
 
 // hasBoxedGate reports whether the last "\boxed{" of the response closes and
-// holds something other than white space. Like NeMo Gym it counts every brace
-// (escaped ones too) and ignores \fbox and "\boxed 5".
+// holds something other than white space (see LastBoxRaw).
 func hasBoxedGate(s string) bool {
+	box, ok := LastBoxRaw(s)
+	return ok && strings.TrimSpace(box) != ""
+}
+
+// LastBoxRaw is NeMo Gym's _extract_last_boxed_answer: the exact content of
+// the last complete \boxed{…}. Like NeMo Gym it counts every brace (escaped
+// ones too) and ignores \fbox and "\boxed 5" (LastBoxed reads those, as
+// GEM does).
+func LastBoxRaw(s string) (string, bool) {
 	i := strings.LastIndex(s, `\boxed{`)
 	if i < 0 {
-		return false
+		return "", false
 	}
-	start := i + len(`\boxed{`)
-	depth := 1
+	start, depth := i+len(`\boxed{`), 1
 	for j := start; j < len(s); j++ {
 		switch s[j] {
 		case '{':
 			depth++
 		case '}':
-			depth--
-			if depth == 0 {
-				return strings.TrimSpace(s[start:j]) != ""
+			if depth--; depth == 0 {
+				return s[start:j], true
 			}
 		}
 	}
-	return false
+	return "", false
 }
 
 // ExpectedAnswer reduces a reference answer the way NeMo Gym prepares it for
