@@ -176,8 +176,9 @@ func (it *Item) UserQuestion() (string, error) {
 
 // AppendPython appends the item as Python's json.dumps writes the dict
 // prepare_data returns: keys in its order, ", " and ": " separators, and
-// every non-ASCII character escaped.
-func (it *Item) AppendPython(b []byte) []byte {
+// every non-ASCII character escaped. It fails only on a row's own field
+// that Python's json could not write either (nested too deep).
+func (it *Item) AppendPython(b []byte) ([]byte, error) {
 	b = append(b, `{"responses_create_params": {"input": [`...)
 	for i, m := range it.CreateParams.Input {
 		if i > 0 {
@@ -214,10 +215,8 @@ func (it *Item) AppendPython(b []byte) []byte {
 		b = append(appendPyString(append(b, ", "...), f.Key), ": "...)
 		var err error
 		if b, err = AppendPythonJSON(b, f.Value); err != nil {
-			// Extra values come from decoded JSON; an invalid one is
-			// written as null rather than as a broken line.
-			b = append(b, "null"...)
+			return b, fmt.Errorf("nemogym: field %q: %w", f.Key, err)
 		}
 	}
-	return append(b, '}')
+	return append(b, '}'), nil
 }

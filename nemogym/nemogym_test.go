@@ -61,7 +61,11 @@ func TestAppendPython(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := string(tt.item.AppendPython(nil))
+			b, err := tt.item.AppendPython(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := string(b)
 			if got != tt.want {
 				t.Fatalf("\n got %s\nwant %s", got, tt.want)
 			}
@@ -90,6 +94,8 @@ func TestPrepareBadRows(t *testing.T) {
 		{"{\"question\": \"q\"}\n", "line 1: nemogym: row has no expected_answer"},
 		{"\n{\"answer\": \"1\"}\n", "line 2: nemogym: item has no question"},
 		{"{\"question\": \"q\", \"answer\": \"1\"}\nnot json\n", "line 2: invalid character"},
+		// A field of the row's own that Python's json could not write either.
+		{"{\"question\": \"q\", \"answer\": \"1\", \"deep\": " + strings.Repeat("[", maxPyDepth+2) + strings.Repeat("]", maxPyDepth+2) + "}\n", `line 1: nemogym: field "deep"`},
 	}
 	for _, tt := range tests {
 		_, err := PrepareJSONL(strings.NewReader(tt.in), &bytes.Buffer{}, PrepareOptions{})
@@ -124,7 +130,11 @@ func FuzzItem(f *testing.F) {
 		}
 		// Whatever reads, writes as JSON that reads back the same strings.
 		var back Item
-		if err := json.Unmarshal(it.AppendPython(nil), &back); err != nil {
+		b, err := it.AppendPython(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &back); err != nil {
 			t.Fatalf("written item does not parse: %v", err)
 		}
 		if back.Question != it.Question || back.ExpectedAnswer != it.ExpectedAnswer || len(back.CreateParams.Input) != len(it.CreateParams.Input) {
@@ -135,7 +145,11 @@ func FuzzItem(f *testing.F) {
 
 func ExamplePrepare() {
 	item := Prepare("What is 2 + 3?", "5", nil, nil)
-	os.Stdout.Write(append(item.AppendPython(nil), '\n'))
+	b, err := item.AppendPython(nil)
+	if err != nil {
+		panic(err)
+	}
+	os.Stdout.Write(append(b, '\n'))
 	// Output:
 	// {"responses_create_params": {"input": [{"role": "system", "content": "Your task is to solve a math problem.  Make sure to put the answer (and only the answer) inside \\boxed{}."}, {"role": "user", "content": "What is 2 + 3?"}]}, "question": "What is 2 + 3?", "expected_answer": "5", "agent_ref": {"type": "responses_api_agents", "name": "library_judge_math_simple_agent"}}
 }

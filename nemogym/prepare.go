@@ -133,7 +133,11 @@ func PrepareJSONL(r io.Reader, w io.Writer, opts PrepareOptions) (int, error) {
 		}
 		item, _ := PrepareItem(qa.Question, qa.Answer, opts) // the style was checked above
 		item.Extra = qa.Extra
-		line = append(item.AppendPython(line[:0]), '\n')
+		var err error
+		if line, err = item.AppendPython(line[:0]); err != nil {
+			return n, fmt.Errorf("nemogym: line %d: %w", lineNo, err)
+		}
+		line = append(line, '\n')
 		if _, err := bw.Write(line); err != nil {
 			return n, fmt.Errorf("nemogym: write: %w", err)
 		}
