@@ -2,10 +2,10 @@ package env
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus"
@@ -14,8 +14,8 @@ import (
 )
 
 // runTraced submits req with the given traceparent header (none when empty) and returns its
-// steps as stored, with their headers.
-func (f *fixture) runTraced(t *testing.T, req *messages.EpisodeRequest, traceparent string) []jetstream.Msg {
+// steps as stored, with their headers, and the request's sequence in the episodes stream.
+func (f *fixture) runTraced(t *testing.T, req *messages.EpisodeRequest, traceparent string) ([]jetstream.Msg, uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -23,11 +23,8 @@ func (f *fixture) runTraced(t *testing.T, req *messages.EpisodeRequest, tracepar
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &nats.Msg{Subject: f.subj.Episodes(req.RunID, req.Env), Data: data}
-	if traceparent != "" {
-		m.Header = nats.Header{messages.HeaderTraceparent: []string{traceparent}}
-	}
-	if err := bus.PublishMsg(ctx, f.js, m, ""); err != nil {
+	ack, err := f.js.PublishMsg(ctx, bus.TracedMsg(f.subj.Episodes(req.RunID, req.Env), data, traceparent))
+	if err != nil {
 		t.Fatal(err)
 	}
 	cons, err := f.js.OrderedConsumer(ctx, f.subj.StreamSteps(), jetstream.OrderedConsumerConfig{
@@ -48,7 +45,7 @@ func (f *fixture) runTraced(t *testing.T, req *messages.EpisodeRequest, tracepar
 			t.Fatal(err)
 		}
 		if ev.Done {
-			return msgs
+			return msgs, ack.Sequence
 		}
 	}
 }
@@ -71,19 +68,18 @@ func TestTraceIDs(t *testing.T) {
 			req := episodeRequest("trace-"+tc.name, func(r *messages.EpisodeRequest) {
 				r.TraceID, r.SubmitTime = tc.field, time.Now().UnixNano()
 			})
-			msgs := f.runTraced(t, req, tc.traceparent)
+			msgs, seq := f.runTraced(t, req, tc.traceparent)
 			want := tc.want
+			if want == "" {
+				// Derived from the episode and its request's sequence: the same on every
+				// delivery of that request.
+				want = messages.TraceIDOf(req.RunID, req.EpisodeID, strconv.FormatUint(seq, 10))
+			}
 			spans := map[string]bool{}
 			for i, m := range msgs {
 				ev, err := messages.Decode[messages.StepEvent](m.Data())
 				if err != nil {
 					t.Fatal(err)
-				}
-				if want == "" {
-					want = ev.TraceID
-					if !messages.ValidTraceID(want) {
-						t.Fatalf("derived trace id %q", want)
-					}
 				}
 				tid, sid, ok := messages.ParseTraceparent(m.Headers().Get(messages.HeaderTraceparent))
 				if ev.TraceID != want || !ok || tid != want {
