@@ -17,6 +17,7 @@ import (
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/control"
+	"github.com/rollfleet/rollfleet/fleetstatus"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -121,7 +122,7 @@ func TestWatchAndEvents(t *testing.T) {
 		switch {
 		case s.Totals.Trajectories != trajectories || s.Totals.Failures != failures || s.Totals.Successes != 9:
 			return fmt.Errorf("totals %+v", s.Totals)
-		case len(s.Fleet.Workers) != 1 || s.Fleet.Workers[0].ID != "llm-1" || s.Fleet.Workers[0].InFlight != 7 || s.Fleet.Workers[0].Health != healthOK:
+		case len(s.Fleet.Workers) != 1 || s.Fleet.Workers[0].ID != "llm-1" || s.Fleet.Workers[0].InFlight != 7 || s.Fleet.Workers[0].Health != fleetstatus.HealthOK:
 			return fmt.Errorf("workers %+v", s.Fleet.Workers)
 		case s.Fleet.Policy == nil:
 			return fmt.Errorf("no policy state (%s)", s.Fleet.PolicyError)

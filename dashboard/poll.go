@@ -14,6 +14,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/control"
+	"github.com/rollfleet/rollfleet/fleetstatus"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -70,9 +71,8 @@ const (
 	maxConsumers = 16
 	workerForget = 5 * time.Minute
 	pollTimeout  = 5 * time.Second
-	healthOK     = "ok"
-	healthPaused = "paused"
-	healthBehind = "behind"
+	// healthSilent: a worker known from an earlier poll that did not answer
+	// this one (the other health values are fleetstatus's).
 	healthSilent = "silent"
 )
 
@@ -168,14 +168,7 @@ func (p *poller) mergeWorkers(now time.Time, answers []messages.WorkerStatus, po
 		if _, ok := p.workers[k]; !ok && len(p.workers) >= maxWorkers {
 			continue
 		}
-		h := healthOK
-		switch {
-		case policy != nil && a.Epoch < policy.Epoch:
-			h = healthBehind
-		case a.Paused:
-			h = healthPaused
-		}
-		p.workers[k] = Worker{WorkerStatus: a, Health: h, LastSeen: now}
+		p.workers[k] = Worker{WorkerStatus: a, Health: fleetstatus.Health(a, policy), LastSeen: now}
 	}
 	out := slices.Collect(maps.Values(p.workers))
 	slices.SortFunc(out, func(a, b Worker) int {

@@ -430,19 +430,25 @@ func (s runSet) sorted() []Run {
 	return out
 }
 
+// Health judges a worker's answer against the fleet's policy state (nil
+// when none is known): HealthBehind, HealthPaused or HealthOK.
+func Health(w messages.WorkerStatus, policy *messages.PolicyState) string {
+	switch {
+	case policy != nil && w.Epoch < policy.Epoch:
+		return HealthBehind
+	case w.Paused:
+		return HealthPaused
+	}
+	return HealthOK
+}
+
 // workerHealth judges each worker against the policy state and sums them
 // up per kind (LLM workers first).
 func workerHealth(ws []messages.WorkerStatus, policy *messages.PolicyState) ([]Worker, []WorkerKind) {
 	out := make([]Worker, 0, len(ws))
 	kinds := []WorkerKind{}
 	for _, w := range ws {
-		h := HealthOK
-		switch {
-		case policy != nil && w.Epoch < policy.Epoch:
-			h = HealthBehind
-		case w.Paused:
-			h = HealthPaused
-		}
+		h := Health(w, policy)
 		out = append(out, Worker{WorkerStatus: w, Health: h})
 		i := slices.IndexFunc(kinds, func(k WorkerKind) bool { return k.Kind == w.Kind })
 		if i < 0 {
