@@ -265,14 +265,12 @@ func (r *Record) appendResponse(b []byte) []byte {
 // appendRaw appends a JSON value compacted, or null for an empty or invalid
 // one.
 func appendRaw(b []byte, v json.RawMessage) []byte {
-	if len(v) == 0 || !json.Valid(v) {
+	// Compact validates as it goes and leaves buf as it was on an error.
+	buf := bytes.NewBuffer(b)
+	if len(v) == 0 || json.Compact(buf, v) != nil {
 		return append(b, "null"...)
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, v); err != nil {
-		return append(b, "null"...)
-	}
-	return append(b, buf.Bytes()...)
+	return buf.Bytes()
 }
 
 func appendInts(b []byte, xs []int32) []byte {
