@@ -129,21 +129,27 @@ func renderChat(in chatInput) (string, error) {
 			if i == 0 || msgs[i-1].Role != "tool" {
 				b.WriteString(chat.ImStart + "user")
 			}
-			b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
+			b.WriteString("\n<tool_response>\n")
+			b.WriteString(m.Content)
+			b.WriteString("\n</tool_response>")
 			if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
 				b.WriteString(chat.ImEnd + "\n")
 			}
 		default:
-			b.WriteString(chat.ImStart + m.Role + "\n" + m.Content + chat.ImEnd + "\n")
+			b.WriteString(chat.ImStart)
+			b.WriteString(m.Role)
+			b.WriteByte('\n')
+			b.WriteString(m.Content)
+			b.WriteString(chat.ImEnd + "\n")
+		}
+	}
+	if in.addGenerationPrompt {
+		b.WriteString(chat.ImStart + "assistant\n")
+		if kw.EnableThinking {
+			b.WriteString(thinkOpen)
 		}
 	}
 	text := b.String()
-	if in.addGenerationPrompt {
-		text += chat.ImStart + "assistant\n"
-		if kw.EnableThinking {
-			text += thinkOpen
-		}
-	}
 	if in.continueFinal {
 		text = strings.TrimSuffix(text, chat.ImEnd+"\n")
 	}
