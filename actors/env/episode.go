@@ -759,7 +759,7 @@ func request[T any, P interface {
 		// The deadline travels with the request, so an LLM worker drops what
 		// this attempt stopped waiting for instead of generating it twice.
 		deadline := time.Now().Add(w.opts.RequestTimeout)
-		epoch := w.ctl.State().Epoch
+		epoch := w.watcher.Load().State().Epoch
 		switch r := msg.(type) {
 		case *messages.GenerateRequest:
 			r.Deadline = deadline.UnixNano()

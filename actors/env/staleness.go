@@ -95,7 +95,7 @@ func (w *Worker) staleness(req *messages.EpisodeRequest) (int32, string) {
 // shutting down meanwhile hands the episode back (errStopped) rather than
 // wait for a resume.
 func (e *episode) waitRunning(ctx context.Context) (messages.PolicyState, error) {
-	if st := e.w.ctl.State(); !st.Paused {
+	if st := e.w.watcher.Load().State(); !st.Paused {
 		return st, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -119,12 +119,12 @@ func (e *episode) waitRunning(ctx context.Context) (messages.PolicyState, error)
 // waitRunning returns the policy state once the fleet is not paused,
 // counting the wait as a held turn.
 func (w *Worker) waitRunning(ctx context.Context) (messages.PolicyState, error) {
-	if st := w.ctl.State(); !st.Paused {
+	if st := w.watcher.Load().State(); !st.Paused {
 		return st, nil
 	}
 	w.held.Add(1)
 	defer w.held.Add(-1)
-	return w.ctl.WaitRunning(ctx)
+	return w.watcher.Load().WaitRunning(ctx)
 }
 
 // heldByPause reports whether a request that timed out, or came back
@@ -133,7 +133,7 @@ func (w *Worker) waitRunning(ctx context.Context) (messages.PolicyState, error) 
 // an attempt was not lost and does not count. (A tokenization can wait
 // behind held generations too.)
 func (w *Worker) heldByPause(ctx context.Context, epoch uint64) (bool, error) {
-	if !w.ctl.State().Paused && w.ctl.LastPause() <= epoch {
+	if !w.watcher.Load().State().Paused && w.watcher.Load().LastPause() <= epoch {
 		return false, nil
 	}
 	_, err := w.waitRunning(ctx)
@@ -142,7 +142,7 @@ func (w *Worker) heldByPause(ctx context.Context, epoch uint64) (bool, error) {
 
 // status is the worker's answer to a trainer's status request.
 func (w *Worker) status() messages.WorkerStatus {
-	st := w.ctl.State()
+	st := w.watcher.Load().State()
 	return messages.WorkerStatus{
 		Kind: messages.WorkerEnv, ID: w.opts.ID, Epoch: st.Epoch, Version: st.Version, Paused: st.Paused,
 		InFlight: w.inFlight.Load(), Held: w.held.Load(),

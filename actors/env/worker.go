@@ -192,8 +192,9 @@ type Worker struct {
 
 	// ctl follows the fleet's policy state (set by Run); held counts the
 	// turns waiting for a resume.
-	ctl                  *control.Watcher
-	watcher              atomic.Pointer[control.Watcher] // ctl, for Policy
+	// watcher follows the fleet's policy state; set by Run before any
+	// episode starts, atomic for Policy's readers on other goroutines.
+	watcher              atomic.Pointer[control.Watcher]
 	held                 atomic.Int64
 	staleDrops, restarts atomic.Uint64
 
@@ -289,7 +290,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("env: %w", err)
 	}
 	defer ctl.Close()
-	w.ctl = ctl
 	w.watcher.Store(ctl)
 	status, err := control.ServeStatus(w.nc, w.opts.Subjects, w.status)
 	if err != nil {
