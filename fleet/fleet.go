@@ -549,6 +549,13 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 				}
 			}()
 			stack.push(func() { cancel(); <-done; nc.Close() })
+			select {
+			case <-jw.Ready():
+			case <-done:
+				return nil, errors.New("fleet: the judge's llm worker stopped before it was ready")
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 	}
 	ew, err := envactor.New(conns["envworker"], envJS, envOpts)
@@ -562,7 +569,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	// Stopped in dependency order (reverse of start): the env worker first,
 	// so its episodes still have an LLM worker to finish with and a
 	// collector to take their last steps.
-	for _, run := range []func(context.Context) error{coll.Run, lw.Run, ew.Run} {
+	start := func(run func(context.Context) error) <-chan struct{} {
 		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		go func() {
@@ -572,7 +579,19 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 			}
 		}()
 		stack.push(func() { cancel(); <-done })
+		return done
 	}
+	start(coll.Run)
+	// The env worker asks the LLM worker from its first episode on.
+	llmDone := start(lw.Run)
+	select {
+	case <-lw.Ready():
+	case <-llmDone:
+		return nil, errors.New("fleet: the llm worker stopped before it was ready")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	start(ew.Run)
 	return coll, nil
 }
 

@@ -188,14 +188,19 @@ func (f *fixture) start(t *testing.T, opts Options, models ...*model) *running {
 			t.Error(err)
 		}
 	})
-	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
-		for _, s := range []string{f.subj.Generate(), f.subj.Tokenize(), f.subj.TokenizeChat(), f.subj.Detokenize(), f.subj.ModelInfo()} {
-			if !f.srv.GlobalAccount().SubscriptionInterest(s) {
-				return fmt.Errorf("no subscriber on %s", s)
-			}
+	select {
+	case <-w.Ready():
+	case err := <-r.done:
+		t.Fatalf("worker stopped before it was ready: %v", err)
+	case <-time.After(waitTimeout):
+		t.Fatal("worker not ready")
+	}
+	// Ready promises that the server has every subscription already.
+	for _, s := range []string{f.subj.Generate(), f.subj.Tokenize(), f.subj.TokenizeChat(), f.subj.Detokenize(), f.subj.ModelInfo()} {
+		if !f.srv.GlobalAccount().SubscriptionInterest(s) {
+			t.Fatalf("ready, but no subscriber on %s", s)
 		}
-		return nil
-	})
+	}
 	return r
 }
 

@@ -133,6 +133,9 @@ type Worker struct {
 	gens *generations
 	// watcher is the policy watcher of gens, for Policy.
 	watcher atomic.Pointer[control.Watcher]
+	// ready is closed once the server has the worker's subscriptions.
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // New builds a worker for the given endpoints.
@@ -141,7 +144,7 @@ func New(nc *nats.Conn, opts Options) (*Worker, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, errors.New("llm: at least one model endpoint is required")
 	}
-	w := &Worker{nc: nc, opts: opts, log: opts.Logger.With("actor", "llm")}
+	w := &Worker{nc: nc, opts: opts, log: opts.Logger.With("actor", "llm"), ready: make(chan struct{})}
 	for _, u := range opts.Endpoints {
 		c, err := vllm.New(u, vllm.Options{Model: opts.Model, Observer: opts.observer(u)})
 		if err != nil {
@@ -162,6 +165,13 @@ func (w *Worker) Stats() Stats {
 		Detokenize: w.detokenize.Load(), Info: w.info.Load(), Aborted: w.aborted.Load(),
 	}
 }
+
+// Ready is closed once Run's subscriptions are registered with the server.
+// A process that starts its own env worker waits for it: any other
+// subscriber of a request subject (a tap, a monitor) would otherwise hide
+// the missing responder, and a request sent too early would wait out its
+// whole timeout instead of failing at once with no responders.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
 
 // Run serves requests until ctx is cancelled, then drains its subscriptions
 // and waits for in-flight requests to be answered.
@@ -269,6 +279,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		subscriptions = append(subscriptions, s)
 	}
+	wg.Go(func() { w.announceReady(ctx) })
 	w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight, "adaptive", w.opts.MaxInFlight == 0)
 
 	wg.Go(func() { w.healthLoop(ctx) })
@@ -292,6 +303,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		e.client.CloseIdleConnections()
 	}
 	return nil
+}
+
+// announceReady closes w.ready once a flush shows that the server has
+// processed the subscriptions; a failed flush (the connection is down and
+// the subscriptions wait for the reconnect) is tried again.
+func (w *Worker) announceReady(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := w.nc.FlushTimeout(5 * time.Second); err == nil {
+			w.readyOnce.Do(func() { close(w.ready) })
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // job is one request for the pool, received at at; a tokenize request
