@@ -5,21 +5,15 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,12 +25,12 @@ import (
 	"github.com/rollfleet/rollfleet/actors/llm"
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/control"
-	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/metrics"
-	"github.com/rollfleet/rollfleet/nemogym"
 	"github.com/rollfleet/rollfleet/remoteenv"
 	"github.com/rollfleet/rollfleet/toyllm"
+	"github.com/rollfleet/rollfleet/trainer"
 )
 
 // Options describes one rollout job. Zero values take the defaults noted.
@@ -204,91 +198,6 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// DatasetRow is one line of a dataset file: a prompt row, a math
-// question/answer row, or a NeMo Gym data item (see UnmarshalJSON).
-type DatasetRow struct {
-	Prompt   string `json:"prompt"`
-	Label    string `json:"label"`
-	Env      string `json:"env,omitempty"`
-	ObsStyle string `json:"obs_style,omitempty"`
-	// Messages are a NeMo Gym item's input messages, the first prompt.
-	Messages []messages.ChatMessage `json:"messages,omitempty"`
-	// Sampling overrides of a NeMo Gym item; nil keeps the run's.
-	Temperature, TopP *float64 `json:"-"`
-	MaxTokens         *int32   `json:"-"`
-	// Line is the row's line number in its file (from 1), set by
-	// ParseDataset; errors about the row name it.
-	Line int `json:"-"`
-	// Raw is the row as read (a copy), for NeMo Gym's task numbering and
-	// records.
-	Raw json.RawMessage `json:"-"`
-	// TaskIndex is the row's own _ng_task_index, when it has one.
-	TaskIndex *int32 `json:"-"`
-}
-
-// UnmarshalJSON reads the three row forms. A NeMo Gym item
-// (responses_create_params present) plays env "math:nemo" unless it names an
-// env: its input messages are the first prompt, its question the prompt, its
-// expected_answer the label, and its sampling fields override the run's. A
-// row with question and expected_answer plays env "math". Any other row is
-// {"prompt", "label", "env"?}, whose env may come from the run.
-func (r *DatasetRow) UnmarshalJSON(data []byte) error {
-	type plain DatasetRow
-	var raw struct {
-		plain
-		CreateParams   *nemogym.CreateParams `json:"responses_create_params"`
-		Question       *string               `json:"question"`
-		ExpectedAnswer *string               `json:"expected_answer"`
-		TaskIndex      *int32                `json:"_ng_task_index"`
-	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return err
-	}
-	if raw.TaskIndex != nil && *raw.TaskIndex < 0 {
-		return fmt.Errorf("_ng_task_index %d is negative", *raw.TaskIndex)
-	}
-	line := r.Line
-	*r = DatasetRow(raw.plain)
-	r.Line, r.TaskIndex = line, raw.TaskIndex
-	r.Raw = append(json.RawMessage(nil), bytes.TrimSpace(data)...)
-	switch {
-	case raw.CreateParams != nil:
-		item := nemogym.Item{CreateParams: *raw.CreateParams}
-		if raw.Question != nil {
-			item.Question = *raw.Question
-		}
-		q, err := item.UserQuestion()
-		if err != nil {
-			return err
-		}
-		r.Prompt, r.Messages = q, nil
-		for _, m := range item.CreateParams.Input {
-			r.Messages = append(r.Messages, messages.ChatMessage{Role: m.Role, Content: m.Content})
-		}
-		r.Temperature, r.TopP, r.MaxTokens = item.CreateParams.Temperature, item.CreateParams.TopP, item.CreateParams.MaxOutputTokens
-		r.defaultEnv("math:nemo")
-	case raw.Question != nil || raw.ExpectedAnswer != nil:
-		if raw.Question == nil || *raw.Question == "" {
-			return errors.New("math row without question")
-		}
-		r.Prompt = *raw.Question
-		r.defaultEnv("math")
-	default:
-		return nil
-	}
-	if raw.ExpectedAnswer == nil {
-		return errors.New("math row without expected_answer")
-	}
-	r.Label = *raw.ExpectedAnswer
-	return nil
-}
-
-func (r *DatasetRow) defaultEnv(id string) {
-	if r.Env == "" {
-		r.Env = id
-	}
-}
-
 // Run executes the job and returns its summary. It returns when every
 // submitted episode has ended as a trajectory or a failure, or ctx ends.
 //
@@ -325,7 +234,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(submitBatch))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return Summary{}, fmt.Errorf("fleet: jetstream: %w", err)
 	}
@@ -344,10 +253,14 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		stack.push(stopAttached)
 	}
 
+	tc, err := newTrainerClient(nc, subj, opts)
+	if err != nil {
+		return Summary{}, err
+	}
 	if opts.Ledger != nil && opts.Ledger.Resumed() {
 		// The interrupted run's consumers hold what they had delivered until
 		// their ack wait ends; without them it is delivered again at once.
-		forgetConsumers(ctx, js, subj, p.runID, !opts.SubmitOnly, opts.Logger)
+		forgetConsumers(ctx, tc, js, subj, p.RunID(), !opts.SubmitOnly, opts.Logger)
 	}
 	// The run's readers exist before the first submit, so nothing is missed.
 	// Their callbacks block on records until the run is over.
@@ -355,12 +268,12 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	defer stopReading()
 	records := make(chan record, 1024)
 	groups := true
-	stopReaders, err := readOutputs(ctx, js, subj, p.runID, groups, records, opts.Logger)
+	stopReaders, err := readOutputs(ctx, tc, p.RunID(), groups, records)
 	if errors.Is(err, ErrOutputTaken) && opts.GroupsOut == nil && opts.Filter == nil {
 		// A trainer reads the groups: they are its, and the run does without.
 		groups = false
 		opts.Logger.Info("this run's groups are read by another consumer", "err", err)
-		stopReaders, err = readOutputs(ctx, js, subj, p.runID, groups, records, opts.Logger)
+		stopReaders, err = readOutputs(ctx, tc, p.RunID(), groups, records)
 	}
 	if err != nil {
 		return Summary{}, err
@@ -372,14 +285,14 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	stack.push(func() {
 		if finished {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			endRun(dctx, js, subj, p.runID, opts.Logger)
+			endRun(dctx, tc, js, subj, p.RunID(), opts.Logger)
 			cancel()
 		}
 	})
 
 	var coll *collector.Collector
 	if !opts.SubmitOnly {
-		coll, err = startActors(ctx, &stack, opts, p.runID, connect)
+		coll, err = startActors(ctx, &stack, opts, p.RunID(), connect)
 		if err != nil {
 			return Summary{}, err
 		}
@@ -396,11 +309,20 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return Summary{}, err
 	}
 	defer ctl.Close()
-	p.version.Store(ctl.State().Version) // before the first episode is made
+	p.SetVersion(ctl.State().Version) // before the first episode is made
 	watch.Go(func() { watchPolicy(watchCtx, ctl, p, opts.Policy) })
-	sub := newSubmitter(js, subj, p, opts.Ledger, opts.SubmitWindow)
+	batch := trainer.Batch{
+		ID: p.RunID(), Plan: p.Plan, Window: opts.SubmitWindow, Decided: g.waitDecided,
+		Unlisted: true, Kinds: readKinds(groups),
+	}
+	if opts.Ledger != nil {
+		batch.Skip = opts.Ledger.Episode
+	}
 	submitErr := make(chan error, 1)
-	watch.Go(func() { submitErr <- sub.run(watchCtx, g.waitDecided) })
+	watch.Go(func() {
+		_, err := tc.SubmitBatch(watchCtx, batch)
+		submitErr <- err
+	})
 	sum, err := g.gather(ctx, records, submitErr)
 	stopWatch()
 	watch.Wait()
@@ -418,6 +340,13 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 // server whose episodes standing env workers already take: the run must
 // be submitted to them (SubmitOnly).
 var ErrEpisodesTaken = errors.New("fleet: episodes taken by other env workers")
+
+// JetStream API error codes of a work-queue stream refusing a consumer
+// whose subjects overlap another's.
+const (
+	jsWQMultipleUnfiltered = 10099
+	jsWQNotUnique          = 10100
+)
 
 // cleanup runs registered stop functions in reverse order.
 type cleanup struct{ fns []func() }
@@ -595,299 +524,40 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	return coll, nil
 }
 
-// mix derives an independent 64-bit value from a seed and an index.
-func mix(seed uint64, i int) uint64 {
-	h := fnv.New64a()
-	var b [16]byte
-	for k := range 8 {
-		b[k] = byte(seed >> (8 * k))
-		b[8+k] = byte(uint64(i) >> (8 * k))
-	}
-	h.Write(b[:])
-	return h.Sum64()
-}
-
-// plan is a job's episodes, made one at a time from the options: a run of
-// any length holds none of them in memory but those in flight.
+// plan is the job's episodes, with the options the run's outputs need.
 type plan struct {
-	opts   Options
-	runID  string
-	rows   []DatasetRow
-	envIDs []string // --env's ids, taken in turn by prompts without an env
-	groups int
-	// tasks numbers the rows as NeMo Gym does (taskNumbers); prior is how
-	// many rows before each one have its task, and perTask how many rows
-	// each task has.
-	tasks, prior []int32
-	perTask      map[int32]int32
-	now          int64 // submit time of every episode
-	// version is the fleet's policy version as the episodes are made: each
-	// records the one of its submission.
-	version atomic.Int64
+	*jobs.Plan
+	opts Options
 }
-
-// total is the number of episodes.
-func (p *plan) total() int { return p.groups * p.opts.NSamples }
 
 // newPlan checks the job's inputs and every episode it makes.
 func newPlan(opts Options) (*plan, error) {
-	var rows []DatasetRow
-	if opts.Dataset != "" {
-		var err error
-		if rows, err = ReadDataset(opts.Dataset); err != nil {
-			return nil, err
-		}
-	}
-	return newPlanOfRows(opts, rows)
-}
-
-// newPlanOfRows is newPlan with the dataset's rows given.
-func newPlanOfRows(opts Options, rows []DatasetRow) (*plan, error) {
 	switch opts.Format {
 	case "", FormatOpenRLHF, FormatNeMoGym:
 	default:
 		return nil, fmt.Errorf("fleet: output format %q: want %s", opts.Format, strings.Join(Formats, " or "))
 	}
-	p := &plan{opts: opts, runID: opts.RunID, rows: rows, now: time.Now().UnixNano()}
-	if err := checkRowEnvs(opts, p.rows); err != nil {
-		return nil, err
-	}
-	p.tasks = taskNumbers(rows)
-	p.prior, p.perTask = make([]int32, len(rows)), map[int32]int32{}
-	for r, t := range p.tasks {
-		p.prior[r] = p.perTask[t]
-		p.perTask[t]++
-	}
-	n := opts.NSamples
-	p.groups = len(p.rows)
-	switch {
-	case opts.Episodes > 0:
-		if opts.Episodes%n != 0 {
-			return nil, fmt.Errorf("fleet: --episodes %d is not a multiple of --n-samples %d", opts.Episodes, n)
-		}
-		p.groups = opts.Episodes / n
-	case len(p.rows) == 0:
-		return nil, errors.New("fleet: nothing to run: give --episodes or --dataset")
-	}
-	if p.runID == "" {
-		p.runID = NewRunID()
-	}
-	if opts.Env != "" {
+	var rows []jobs.DatasetRow
+	if opts.Dataset != "" {
 		var err error
-		if p.envIDs, err = remoteenv.Match(opts.Env, opts.Remote); err != nil {
-			return nil, fmt.Errorf("fleet: %w", err)
-		}
-	}
-	for i := range p.total() {
-		r, err := p.request(i)
-		if err != nil {
+		if rows, err = jobs.ReadDataset(opts.Dataset); err != nil {
 			return nil, err
 		}
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("fleet: %w", err)
-		}
 	}
-	return p, nil
-}
-
-// NewRunID returns a fresh run id: short, random, usable in subjects and
-// file names as it is.
-func NewRunID() string {
-	return strconv.FormatUint(rand.Uint64()>>1, 36)
-}
-
-// EpisodeID is the id of a run's episode number i.
-func EpisodeID(run string, i int) string { return fmt.Sprintf("%s-%06d", run, i) }
-
-// GroupID is the id of a run's group number g.
-func GroupID(run string, g int) string { return fmt.Sprintf("%s-g%06d", run, g) }
-
-// episodeIndex returns the number of one of run's episodes, from its id.
-func episodeIndex(run, id string) (int, bool) {
-	rest, ok := strings.CutPrefix(id, run+"-")
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.Atoi(rest)
-	return i, err == nil && i >= 0 && EpisodeID(run, i) == id
-}
-
-// taskNumbers numbers dataset rows as NeMo Gym's rollout collection does:
-// a row's own _ng_task_index, else identical rows (the same text) alike, in
-// order of first appearance, counting from 0 (the rows with an index of
-// their own do not take a number).
-func taskNumbers(rows []DatasetRow) []int32 {
-	tasks := make([]int32, len(rows))
-	seen := map[string]int32{}
-	for r, row := range rows {
-		if row.TaskIndex != nil {
-			tasks[r] = *row.TaskIndex
-			continue
-		}
-		key := string(row.Raw)
-		if row.Raw == nil {
-			key = fmt.Sprintf("row %d", r) // made in code, not read: its own
-		}
-		t, ok := seen[key]
-		if !ok {
-			t = int32(len(seen))
-			seen[key] = t
-		}
-		tasks[r] = t
-	}
-	return tasks
-}
-
-// indices returns the NeMo Gym task and rollout index of episode idx. The
-// rows are used in turn, each for NSamples episodes, and a task's rollouts
-// are numbered in that order, as NeMo Gym's repeats are (aabbcc): no two
-// episodes share a (task, rollout) pair, however often rows recur. Without a
-// dataset every group is a task of its own.
-func (p *plan) indices(idx int) (task, rollout int32) {
-	n := p.opts.NSamples
-	g, i := idx/n, idx%n
-	if len(p.rows) == 0 {
-		return int32(g), int32(i)
-	}
-	r := g % len(p.rows)
-	task = p.tasks[r]
-	before := int64(g/len(p.rows))*int64(p.perTask[task]) + int64(p.prior[r])
-	return task, int32(before*int64(n) + int64(i))
-}
-
-// row is the dataset row of episode idx (the zero row without a dataset).
-func (p *plan) row(idx int) DatasetRow {
-	if len(p.rows) == 0 {
-		return DatasetRow{}
-	}
-	return p.rows[(idx/p.opts.NSamples)%len(p.rows)]
-}
-
-// request makes episode number idx.
-func (p *plan) request(idx int) (*messages.EpisodeRequest, error) {
-	opts := p.opts
-	n := opts.NSamples
-	g, i := idx/n, idx%n
-	row := p.row(idx)
-	if row.Env == "" && len(p.envIDs) > 0 {
-		row.Env = p.envIDs[g%len(p.envIDs)]
-	}
-	if row.Env == "" {
-		if len(p.rows) > 0 {
-			return nil, fmt.Errorf("fleet: dataset %s line %d names no env and no --env is given", opts.Dataset, row.Line)
-		}
-		return nil, errors.New("fleet: no env: give --env")
-	}
-	// The n samples of a group share the prompt and so the game instance.
-	envSeed := mix(*opts.Seed, 2*g)
-	sampleSeed := int64(mix(*opts.Seed, 2*idx+1) >> 1)
-	sp := messages.SamplingParams{
-		Temperature: opts.Temperature, TopP: opts.TopP, MaxTokens: int32(opts.MaxTokens), Seed: &sampleSeed,
-	}
-	if row.Temperature != nil {
-		sp.Temperature = *row.Temperature
-	}
-	if row.TopP != nil {
-		sp.TopP = *row.TopP
-	}
-	if row.MaxTokens != nil {
-		sp.MaxTokens = *row.MaxTokens
-	}
-	style := row.ObsStyle
-	if style == "" {
-		style = opts.ObsStyle
-	}
-	task, rollout := p.indices(idx)
-	var envOpts []byte
-	if spec, err := envs.Lookup(row.Env); err == nil && spec.Family == envs.MathFamily {
-		envOpts = mathEnvOptions(opts.MathJudge != "", opts.MathStrict)
-	}
-	return &messages.EpisodeRequest{
-		EnvOptions: envOpts,
-		V:          messages.Version, RunID: p.runID, EpisodeID: EpisodeID(p.runID, idx),
-		GroupID: GroupID(p.runID, g), SampleIndex: int32(i), GroupSize: int32(n),
-		Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
-		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: task, RolloutIndex: rollout,
-		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now, PromptOverflow: opts.PromptOverflow,
-		SubmitVersion: p.version.Load(), MaxStaleness: opts.MaxStaleness, StalePolicy: opts.StalePolicy,
-		TraceID: messages.TraceIDOf(p.runID, EpisodeID(p.runID, idx)),
-	}, nil
-}
-
-// checkRowEnvs checks that every env a dataset row names is known
-// (registered, or one of the run's remote envs); the error names the first
-// row that names an unknown one, by line.
-func checkRowEnvs(opts Options, rows []DatasetRow) error {
-	var bad []DatasetRow
-	var first error
-	for _, row := range rows {
-		if row.Env == "" || slices.ContainsFunc(opts.Remote, func(c remoteenv.Config) bool { return c.ID == row.Env }) {
-			continue
-		}
-		if _, err := envs.Lookup(row.Env); err != nil {
-			if first == nil {
-				first = err
-			}
-			bad = append(bad, row)
-		}
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	more := ""
-	switch len(bad) {
-	case 1:
-	case 2:
-		more = fmt.Sprintf(" (and line %d)", bad[1].Line)
-	default:
-		more = fmt.Sprintf(" (and %d more rows, the next at line %d)", len(bad)-1, bad[1].Line)
-	}
-	return fmt.Errorf("fleet: dataset %s line %d%s: %w", opts.Dataset, bad[0].Line, more, first)
-}
-
-// ReadDataset reads a JSONL dataset file; every bad line is reported with
-// its number.
-func ReadDataset(path string) ([]DatasetRow, error) {
-	data, err := os.ReadFile(path)
+	p, err := jobs.New(opts.jobOptions(), rows)
 	if err != nil {
-		return nil, fmt.Errorf("fleet: dataset: %w", err)
+		return nil, err
 	}
-	rows, err := ParseDataset(data)
-	if err != nil {
-		return nil, fmt.Errorf("fleet: dataset %s: %w", path, err)
-	}
-	return rows, nil
+	return &plan{Plan: p, opts: opts}, nil
 }
 
-// ParseDataset parses JSONL dataset rows; blank lines are skipped.
-func ParseDataset(data []byte) ([]DatasetRow, error) {
-	var rows []DatasetRow
-	for i, line := range strings.Split(string(data), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		r := DatasetRow{Line: i + 1}
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return nil, fmt.Errorf("line %d: %w", i+1, err)
-		}
-		rows = append(rows, r)
+// jobOptions are the options that make the job's episodes.
+func (o *Options) jobOptions() jobs.Options {
+	return jobs.Options{
+		RunID: o.RunID, Env: o.Env, Episodes: o.Episodes, Dataset: o.Dataset, NSamples: o.NSamples,
+		ObsStyle: o.ObsStyle, ApplyChatTemplate: o.ApplyChatTemplate, PromptOverflow: o.PromptOverflow,
+		MaxLength: o.MaxLength, MaxTokens: o.MaxTokens, MaxStaleness: o.MaxStaleness, StalePolicy: o.StalePolicy,
+		Temperature: o.Temperature, TopP: o.TopP, Seed: o.Seed,
+		MathJudge: o.MathJudge != "", MathStrict: o.MathStrict, Remote: o.Remote,
 	}
-	if len(rows) == 0 {
-		return nil, errors.New("no rows")
-	}
-	return rows, nil
-}
-
-// mathEnvOptions are the env options of a math episode: whether its rejected
-// answers go to the judge, and whether it is graded strictly; nil for none.
-func mathEnvOptions(judge, strict bool) []byte {
-	switch {
-	case judge && strict:
-		return []byte(`{"judge":true,"strict":true}`)
-	case judge:
-		return []byte(`{"judge":true}`)
-	case strict:
-		return []byte(`{"strict":true}`)
-	}
-	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/trainer"
 )
 
 // TestFullStreamWaitsForAReader: the trajectory stream is full of another
@@ -69,7 +70,7 @@ func TestFullStreamWaitsForAReader(t *testing.T) {
 				mu.Lock()
 				states = append(states, kinds)
 				mu.Unlock()
-				if slices.Contains(kinds, kindTrajectory) {
+				if slices.Contains(kinds, trainer.KindTrajectory) {
 					once.Do(func() { close(full) })
 				}
 			},
@@ -131,7 +132,7 @@ func TestFullStreamWaitsForAReader(t *testing.T) {
 	}
 	mu.Lock()
 	for _, st := range states {
-		if len(st) > 0 && !slices.Equal(st, []string{kindTrajectory}) {
+		if len(st) > 0 && !slices.Equal(st, []string{trainer.KindTrajectory}) {
 			t.Errorf("reported full: %v; only the trajectory stream was", st)
 		}
 	}

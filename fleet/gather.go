@@ -9,13 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/control"
+	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/trainer"
 )
 
 // gatherer reads the run's records, writes them, and keeps the summary.
@@ -60,8 +61,8 @@ const commitDelay = 20 * time.Millisecond
 func newGatherer(opts Options, p *plan, groups bool, coll *collector.Collector) *gatherer {
 	g := &gatherer{
 		opts: opts, plan: p, groups: groups, coll: coll, ledger: opts.Ledger,
-		sum:  Summary{Episodes: p.total(), FailureReasons: map[string]int{}, FailureKinds: map[string]int{}, Started: true},
-		left: p.total(), tally: map[int]groupTally{}, notify: make(chan struct{}, 1),
+		sum:  Summary{Episodes: p.Len(), FailureReasons: map[string]int{}, FailureKinds: map[string]int{}, Started: true},
+		left: p.Len(), tally: map[int]groupTally{}, notify: make(chan struct{}, 1),
 		out: bufio.NewWriterSize(opts.Out, 1<<20),
 	}
 	if g.ledger != nil {
@@ -102,7 +103,7 @@ const groupsIdle = 3 * time.Second
 func (g *gatherer) gather(ctx context.Context, records <-chan record, submitErr <-chan error) (Summary, error) {
 	unfinished := func(err error) (Summary, error) {
 		_ = g.flush()
-		return g.sum, fmt.Errorf("fleet: %d of %d episodes unfinished: %w", g.left, g.plan.total(), err)
+		return g.sum, fmt.Errorf("fleet: %d of %d episodes unfinished: %w", g.left, g.plan.Len(), err)
 	}
 	for g.left > 0 {
 		select {
@@ -215,11 +216,11 @@ func (g *gatherer) flush() error {
 func (g *gatherer) handle(rec record) error {
 	var err error
 	switch rec.kind {
-	case kindTrajectory:
+	case trainer.KindTrajectory:
 		err = g.trajectory(rec.msg)
-	case kindFailure:
+	case trainer.KindFailure:
 		err = g.failure(rec.msg)
-	case kindGroup:
+	case trainer.KindGroup:
 		err = g.group(rec.msg)
 	}
 	if err != nil {
@@ -234,8 +235,8 @@ func (g *gatherer) handle(rec record) error {
 // first time; a second outcome is counted, a redelivery of one written is
 // not.
 func (g *gatherer) claim(m jetstream.Msg, id string) (int, bool) {
-	i, ok := episodeIndex(g.plan.runID, id)
-	if !ok || i >= g.plan.total() {
+	i, ok := jobs.EpisodeIndex(g.plan.RunID(), id)
+	if !ok || i >= g.plan.Len() {
 		g.sum.Malformed++
 		return 0, false
 	}
@@ -275,7 +276,7 @@ func (g *gatherer) decide(i int, trajectory bool) {
 		}
 	}
 	if g.opts.Progress != nil {
-		g.opts.Progress(g.plan.total()-g.left, g.plan.total())
+		g.opts.Progress(g.plan.Len()-g.left, g.plan.Len())
 	}
 }
 
@@ -337,7 +338,7 @@ func (g *gatherer) group(m jetstream.Msg) error {
 		g.sum.Malformed++
 		return nil
 	}
-	gi, ok := groupIndex(g.plan.runID, grp.GroupID)
+	gi, ok := jobs.GroupIndex(g.plan.RunID(), grp.GroupID)
 	if !ok || g.groupsDone.has(gi) || (g.ledger != nil && g.ledger.Group(gi)) {
 		return nil
 	}
@@ -378,86 +379,6 @@ func writeTrajectory(w io.Writer, t *messages.Trajectory) error {
 	return nil
 }
 
-// submitBatch is how many submissions are awaited together.
-const submitBatch = 256
-
-// submitter publishes the run's episodes to the episodes work queue as
-// the run goes, at most window ahead of those decided.
-type submitter struct {
-	js     jetstream.JetStream
-	subj   messages.Subjects
-	plan   *plan
-	ledger *Ledger
-	window int64
-}
-
-func newSubmitter(js jetstream.JetStream, subj messages.Subjects, p *plan, ledger *Ledger, window int) *submitter {
-	return &submitter{js: js, subj: subj, plan: p, ledger: ledger, window: int64(window)}
-}
-
-// run submits every episode not in the ledger; waitDecided blocks until
-// enough episodes are decided.
-func (s *submitter) run(ctx context.Context, waitDecided func(context.Context, int64) error) error {
-	futures := make([]jetstream.PubAckFuture, 0, submitBatch)
-	ids := make([]string, 0, submitBatch)
-	await := func() error {
-		for k, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return fmt.Errorf("fleet: submit episode %s: %w", ids[k], err)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		futures, ids = futures[:0], ids[:0]
-		return nil
-	}
-	var submitted int64
-	for i := range s.plan.total() {
-		if s.ledger != nil && s.ledger.Episode(i) {
-			continue
-		}
-		if need := submitted + 1 - s.window; need > 0 {
-			if err := await(); err != nil {
-				return err
-			}
-			if err := waitDecided(ctx, need); err != nil {
-				return err
-			}
-		}
-		r, err := s.plan.request(i)
-		if err != nil {
-			return err
-		}
-		data, err := messages.Marshal(r)
-		if err != nil {
-			return fmt.Errorf("fleet: encode episode %s: %w", r.EpisodeID, err)
-		}
-		f, err := s.js.PublishMsgAsync(episodeMsg(s.subj.Episodes(r.RunID, r.Env), data, r.TraceID), jetstream.WithMsgID(r.EpisodeID))
-		if err != nil {
-			return fmt.Errorf("fleet: submit episode %s: %w", r.EpisodeID, err)
-		}
-		futures, ids = append(futures, f), append(ids, r.EpisodeID)
-		submitted++
-		if len(futures) == submitBatch {
-			if err := await(); err != nil {
-				return err
-			}
-		}
-	}
-	return await()
-}
-
-// episodeMsg is an episode request's message, with its trace context as a
-// traceparent header.
-func episodeMsg(subject string, data []byte, traceID string) *nats.Msg {
-	if traceID == "" {
-		return bus.TracedMsg(subject, data, "")
-	}
-	return bus.TracedMsg(subject, data, messages.Traceparent(traceID, messages.NewSpanID()))
-}
-
 // watchPolicy keeps the plan's policy version current, for the episodes
 // made from now on, and reports each change of the policy state, the first
 // at once.
@@ -465,7 +386,7 @@ func watchPolicy(ctx context.Context, ctl *control.Watcher, p *plan, report func
 	for {
 		changed := ctl.Changed()
 		st := ctl.State()
-		p.version.Store(st.Version)
+		p.SetVersion(st.Version)
 		if report != nil {
 			report(st)
 		}
@@ -485,7 +406,7 @@ const watchInterval = 2 * time.Second
 // so outcomes wait and submission stops with them.
 func watchFull(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, coll *collector.Collector, opts Options) {
 	streams := map[string]string{
-		kindTrajectory: subj.StreamTrajectories(), kindFailure: subj.StreamFailures(), kindGroup: subj.StreamGroups(),
+		trainer.KindTrajectory: subj.StreamTrajectories(), trainer.KindFailure: subj.StreamFailures(), trainer.KindGroup: subj.StreamGroups(),
 	}
 	var last []string
 	logged := map[string]time.Time{}

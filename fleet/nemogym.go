@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/rollfleet/rollfleet/envs"
+	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/nemogym"
 	"github.com/rollfleet/rollfleet/toyllm"
@@ -35,15 +36,15 @@ var rowKeysKept = map[string]bool{
 // nemoRecord is trajectory t as NeMo Gym's rollout collection writes the
 // result of its episode.
 func (p *plan) nemoRecord(t *messages.Trajectory) (*nemogym.Record, error) {
-	idx, ok := episodeIndex(p.runID, t.EpisodeID)
-	if !ok || idx >= p.total() {
-		return nil, fmt.Errorf("fleet: trajectory %s is not one of run %s's episodes", t.EpisodeID, p.runID)
+	idx, ok := jobs.EpisodeIndex(p.RunID(), t.EpisodeID)
+	if !ok || idx >= p.Len() {
+		return nil, fmt.Errorf("fleet: trajectory %s is not one of run %s's episodes", t.EpisodeID, p.RunID())
 	}
-	req, err := p.request(idx)
+	req, err := p.Request(idx)
 	if err != nil {
 		return nil, err
 	}
-	row := p.row(idx)
+	row := p.Row(idx)
 	var fields []nemogym.Field
 	if row.Raw != nil {
 		fields, _ = nemogym.ObjectFields(row.Raw) // read before: an object

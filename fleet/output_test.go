@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/rollfleet/rollfleet/jobs"
 )
 
 // TestOutputReplacesOnlyWhenKept: a discarded output leaves the file at
@@ -153,8 +155,8 @@ func TestLedgerResume(t *testing.T) {
 	l.addEpisode(0)
 	l.addGroup(0)
 	// Written, but interrupted before the ledger heard of it.
-	fmt.Fprintf(trajs, "{\"run_id\":\"r\",\"episode_id\":%q}\n", EpisodeID("r", 3))
-	fmt.Fprintf(groups, "{\"run_id\":\"r\",\"group_id\":%q,\"trajectories\":[{\"episode_id\":%q}]}\n", GroupID("r", 2), EpisodeID("r", 9))
+	fmt.Fprintf(trajs, "{\"run_id\":\"r\",\"episode_id\":%q}\n", jobs.EpisodeID("r", 3))
+	fmt.Fprintf(groups, "{\"run_id\":\"r\",\"group_id\":%q,\"trajectories\":[{\"episode_id\":%q}]}\n", jobs.GroupID("r", 2), jobs.EpisodeID("r", 9))
 	for _, err := range []error{trajs.Suspend(), groups.Suspend(), l.Close(false)} {
 		if err != nil {
 			t.Fatal(err)

@@ -13,8 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
+	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -129,7 +129,7 @@ func (l *Ledger) scan(files LedgerFiles) error {
 	n := max(files.GroupSize, 1)
 	episodes := func(fromGroups bool) func([]byte) {
 		return func(line []byte) {
-			if i, ok := episodeIndex(l.run, firstString(line, "episode_id")); ok {
+			if i, ok := jobs.EpisodeIndex(l.run, firstString(line, "episode_id")); ok {
 				l.episodes.add(i)
 				if fromGroups {
 					l.groups.add(i / n)
@@ -149,7 +149,7 @@ func (l *Ledger) scan(files LedgerFiles) error {
 	}
 	if o := files.Groups; o != nil {
 		return o.Lines(func(line []byte) {
-			if g, ok := groupIndex(l.run, firstString(line, "group_id")); ok {
+			if g, ok := jobs.GroupIndex(l.run, firstString(line, "group_id")); ok {
 				l.groups.add(g)
 			}
 		})
@@ -229,16 +229,6 @@ func (l *Ledger) Close(remove bool) error {
 		}
 	}
 	return err
-}
-
-// groupIndex returns the number of one of run's groups, from its id.
-func groupIndex(run, id string) (int, bool) {
-	rest, ok := strings.CutPrefix(id, run+"-g")
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.Atoi(rest)
-	return i, err == nil && i >= 0 && GroupID(run, i) == id
 }
 
 // Manifest is what defines a run's episodes, kept beside its output as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,10 +33,12 @@ const (
 	jsWQNotUnique          = 10100
 )
 
-// ConsumerName names a batch's consumer of one kind of record:
-// "batch-<id>-<kind>".
-func ConsumerName(batch, kind string) string {
-	return "batch-" + messages.NameToken(batch) + "-" + kind
+// ConsumerName names a batch's consumer of one kind of record, as a client
+// with the default Options.ConsumerPrefix does: "batch-<id>-<kind>".
+func ConsumerName(batch, kind string) string { return consumerName("batch", batch, kind) }
+
+func consumerName(prefix, batch, kind string) string {
+	return prefix + "-" + messages.NameToken(batch) + "-" + kind
 }
 
 // source is where a batch's records of one kind are.
@@ -44,7 +47,7 @@ type source struct {
 }
 
 func (c *Client) source(batch, kind string) source {
-	s := source{kind: kind, consumer: ConsumerName(batch, kind)}
+	s := source{kind: kind, consumer: consumerName(c.opts.ConsumerPrefix, batch, kind)}
 	switch kind {
 	case KindGroup:
 		s.stream, s.filter = c.subj.StreamGroups(), c.subj.GroupsOfRun(batch)
@@ -76,13 +79,60 @@ func (c *Client) consumer(ctx context.Context, batch, kind string) (jetstream.Co
 	return cons, nil
 }
 
-// ensureConsumers makes a batch's three consumers, before its episodes are
-// submitted: the counts of records not yet delivered are then theirs.
-func (c *Client) ensureConsumers(ctx context.Context, batch string) error {
-	for _, k := range kinds {
+// ensureConsumers makes a batch's consumers of the given kinds (all three
+// when none is given), before its episodes are submitted: the counts of
+// records not yet delivered are then theirs.
+func (c *Client) ensureConsumers(ctx context.Context, batch string, ks []string) error {
+	if len(ks) == 0 {
+		ks = kinds
+	}
+	for _, k := range ks {
 		if _, err := c.consumer(ctx, batch, k); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Consume delivers a batch's records of one kind to deliver as they come,
+// on the batch's durable consumer (made if missing), until stop is called;
+// deliver acknowledges each record once it has kept it, and one it does
+// not is delivered again after Options.AckWait. It is the reader under
+// rollout run, which keeps its own account of a job: unlike Groups,
+// Trajectories and Failures it marks nothing and never ends by itself.
+func (c *Client) Consume(ctx context.Context, batch, kind string, deliver func(jetstream.Msg)) (stop func(), err error) {
+	if !slices.Contains(kinds, kind) {
+		return nil, fmt.Errorf("trainer: no record kind %q", kind)
+	}
+	cons, err := c.consumer(ctx, batch, kind)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := cons.Consume(deliver, jetstream.PullMaxMessages(256), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		c.log.Debug("batch consumer", "batch", batch, "kind", kind, "err", err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("trainer: read %s records of batch %s: %w", kind, batch, err)
+	}
+	return cc.Stop, nil
+}
+
+// Forget deletes a batch's consumers and leaves everything else of it
+// where it is: a record nobody
+// acknowledged goes to the next consumer of its stream. rollout run forgets
+// an interrupted job's consumers before it resumes it, so that what they
+// had delivered comes again at once rather than after the ack wait. See
+// Close for removing the records too.
+func (c *Client) Forget(ctx context.Context, batch string) error {
+	var errs []error
+	for _, k := range kinds {
+		src := c.source(batch, k)
+		if err := c.js.DeleteConsumer(ctx, src.stream, src.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			errs = append(errs, fmt.Errorf("delete consumer %s: %w", src.consumer, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("trainer: forget batch %s: %w", batch, err)
 	}
 	return nil
 }
@@ -160,11 +210,8 @@ func sortManifests(ms []messages.BatchManifest) {
 // batch does nothing.
 func (c *Client) Close(ctx context.Context, batch string) error {
 	var errs []error
-	for _, k := range kinds {
-		src := c.source(batch, k)
-		if err := c.js.DeleteConsumer(ctx, src.stream, src.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			errs = append(errs, fmt.Errorf("delete consumer %s: %w", src.consumer, err))
-		}
+	if err := c.Forget(ctx, batch); err != nil {
+		errs = append(errs, err)
 	}
 	purge := func(stream, filter string) {
 		st, err := c.js.Stream(ctx, stream)

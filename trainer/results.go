@@ -400,7 +400,7 @@ func (r *reader) complete(ctx context.Context) (bool, error) {
 	if r.drain != nil {
 		tr, err := r.drain.Info(ctx)
 		if err != nil {
-			return false, fmt.Errorf("trainer: consumer %s: %w", ConsumerName(r.batch, KindTrajectory), err)
+			return false, fmt.Errorf("trainer: consumer %s: %w", r.c.source(r.batch, KindTrajectory).consumer, err)
 		}
 		if tr.NumPending > 0 || tr.NumAckPending > 0 {
 			return false, nil

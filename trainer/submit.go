@@ -12,7 +12,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/envs"
-	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/remoteenv"
 )
@@ -20,7 +20,7 @@ import (
 // Batch is what Submit submits: either explicit Requests or a Spec.
 type Batch struct {
 	// ID names the batch; it becomes the RunID of every episode. Empty
-	// draws a fresh one (fleet.NewRunID).
+	// draws a fresh one (jobs.NewRunID).
 	ID string
 	// Requests are the batch's episodes as they are. Their RunID,
 	// SubmitTime and SubmitVersion are set by Submit; their episode ids must
@@ -29,6 +29,30 @@ type Batch struct {
 	// Spec makes the batch's episodes as rollout run makes its own, when
 	// Requests is empty.
 	Spec *Spec
+	// Plan is a batch's episodes made one at a time, as rollout run submits
+	// its jobs, when Requests and Spec are empty; the plan's run id must be
+	// the batch's.
+	Plan *jobs.Plan
+	// Skip, when set, names episodes (by number) not to submit: those a
+	// resumed job has already.
+	Skip func(i int) bool
+	// Window, when positive, bounds the episodes submitted and not yet
+	// decided: before episode Window+k is published, Submit calls
+	// Decided(ctx, k+1), which returns once k+1 of them are decided (by the
+	// caller's own reading of the batch's records, Consume). A job of any
+	// size then holds only what is in flight, and one whose outcomes cannot
+	// be stored stops submitting instead of queueing more work.
+	Window  int
+	Decided func(ctx context.Context, n int64) error
+	// Unlisted submits without storing a manifest: the batch is not listed
+	// by Batches and Status, and its records are read with Consume only.
+	// rollout run's jobs are unlisted; they keep their own manifest for
+	// --resume.
+	Unlisted bool
+	// Kinds are the kinds of record whose consumers Submit makes (default:
+	// all three); a job whose groups another consumer reads leaves out
+	// KindGroup.
+	Kinds []string
 }
 
 // Spec describes a batch's episodes as rollout run's flags describe a job's
@@ -41,7 +65,7 @@ type Spec struct {
 	// means every row once (N episodes each).
 	Episodes int `json:"episodes,omitempty"`
 	// Rows are dataset rows, as lines of rollout run's --dataset.
-	Rows []fleet.DatasetRow `json:"rows,omitempty"`
+	Rows []jobs.DatasetRow `json:"rows,omitempty"`
 	// N is the samples per prompt, the size of each group (default 1).
 	N int `json:"n,omitempty"`
 	// Sampling holds the sampling parameters.
@@ -106,7 +130,7 @@ func (c *Client) Submit(ctx context.Context, b Batch) (string, error) {
 // SubmitBatch is Submit, returning the batch's manifest.
 func (c *Client) SubmitBatch(ctx context.Context, b Batch) (Submitted, error) {
 	if b.ID == "" {
-		b.ID = fleet.NewRunID()
+		b.ID = jobs.NewRunID()
 	}
 	if err := checkBatchID(b.ID); err != nil {
 		return Submitted{}, err
@@ -115,7 +139,7 @@ func (c *Client) SubmitBatch(ctx context.Context, b Batch) (Submitted, error) {
 	if err != nil {
 		return Submitted{}, err
 	}
-	if err := c.ensureStreams(ctx); err != nil {
+	if err := c.ensureStreams(ctx, !b.Unlisted); err != nil {
 		return Submitted{}, err
 	}
 	st, err := c.State(ctx)
@@ -124,33 +148,75 @@ func (c *Client) SubmitBatch(ctx context.Context, b Batch) (Submitted, error) {
 	}
 	man.SubmitTime, man.SubmitVersion = time.Now().UnixNano(), st.Version
 	out := Submitted{Manifest: man}
-	prev, err := c.Manifest(ctx, b.ID)
+	if !b.Unlisted {
+		if out, err = c.storeManifest(ctx, man); err != nil {
+			return out, err
+		}
+	}
+	if err := c.ensureConsumers(ctx, b.ID, b.Kinds); err != nil {
+		return out, err
+	}
+	if err := c.publish(ctx, b, reqs, out.Manifest); err != nil {
+		return out, err
+	}
+	c.log.Info("batch submitted", "batch", b.ID, "episodes", man.Episodes, "groups", man.Groups, "version", out.Manifest.SubmitVersion, "resubmitted", out.Resubmitted)
+	return out, nil
+}
+
+// storeManifest stores a batch's manifest, unless one of the same batch is
+// stored already (a resubmission), which it returns instead.
+func (c *Client) storeManifest(ctx context.Context, man messages.BatchManifest) (Submitted, error) {
+	out := Submitted{Manifest: man}
+	prev, err := c.Manifest(ctx, man.BatchID)
 	switch {
 	case errors.Is(err, ErrUnknownBatch):
 		data, err := messages.Marshal(&man)
 		if err != nil {
 			return out, fmt.Errorf("trainer: manifest: %w", err)
 		}
-		if err := bus.Publish(ctx, c.js, c.subj.Batch(b.ID), data, ""); err != nil {
-			return out, fmt.Errorf("trainer: store manifest of batch %s: %w", b.ID, err)
+		if err := bus.Publish(ctx, c.js, c.subj.Batch(man.BatchID), data, ""); err != nil {
+			return out, fmt.Errorf("trainer: store manifest of batch %s: %w", man.BatchID, err)
 		}
+		return out, nil
 	case err != nil:
 		return out, err
 	case prev.Episodes != man.Episodes || prev.Groups != man.Groups || prev.N != man.N:
-		return out, fmt.Errorf("%w: %s has %d episodes in %d groups, not %d in %d", ErrBatchExists, b.ID, prev.Episodes, prev.Groups, man.Episodes, man.Groups)
-	default:
-		out = Submitted{Manifest: prev, Resubmitted: true}
+		return out, fmt.Errorf("%w: %s has %d episodes in %d groups, not %d in %d", ErrBatchExists, man.BatchID, prev.Episodes, prev.Groups, man.Episodes, man.Groups)
 	}
-	if err := c.ensureConsumers(ctx, b.ID); err != nil {
-		return out, err
+	return Submitted{Manifest: prev, Resubmitted: true}, nil
+}
+
+// publish publishes a batch's episodes, publishWindow at a time, the
+// skipped ones left out, paced by the batch's Window.
+func (c *Client) publish(ctx context.Context, b Batch, reqs *batchRequests, man messages.BatchManifest) error {
+	chunk := make([]int, 0, publishWindow)
+	flush := func() error {
+		err := c.publishEpisodes(ctx, reqs, chunk, man)
+		chunk = chunk[:0]
+		return err
 	}
-	for i := 0; i < reqs.len(); i += publishWindow {
-		if err := c.publishEpisodes(ctx, reqs, i, min(i+publishWindow, reqs.len()), out.Manifest); err != nil {
-			return out, err
+	var submitted int64
+	for i := range reqs.len() {
+		if b.Skip != nil && b.Skip(i) {
+			continue
+		}
+		if need := submitted + 1 - int64(b.Window); b.Window > 0 && b.Decided != nil && need > 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := b.Decided(ctx, need); err != nil {
+				return err
+			}
+		}
+		chunk = append(chunk, i)
+		submitted++
+		if len(chunk) == publishWindow {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
 	}
-	c.log.Info("batch submitted", "batch", b.ID, "episodes", man.Episodes, "groups", man.Groups, "version", out.Manifest.SubmitVersion, "resubmitted", out.Resubmitted)
-	return out, nil
+	return flush()
 }
 
 // checkBatchID checks a batch id: a valid id that names its consumers as it is.
@@ -162,10 +228,11 @@ func checkBatchID(id string) error {
 }
 
 // ensureStreams creates the fleet's streams that are missing (the batches
-// stream on a fleet made before it existed, say).
-func (c *Client) ensureStreams(ctx context.Context) error {
+// stream on a fleet made before it existed, say); batches asks for the
+// batches stream.
+func (c *Client) ensureStreams(ctx context.Context, batches bool) error {
 	opts := c.opts.Streams
-	opts.Batches = true
+	opts.Batches = opts.Batches || batches
 	err := bus.EnsureStreams(ctx, c.js, c.subj, opts)
 	if errors.Is(err, bus.ErrStreamMismatch) {
 		c.log.Warn("streams left as they are", "err", err)
@@ -180,7 +247,7 @@ func (c *Client) ensureStreams(ctx context.Context) error {
 // batchRequests yields a batch's requests, explicit or made by a plan.
 type batchRequests struct {
 	explicit []*messages.EpisodeRequest
-	plan     *fleet.Requests
+	plan     *jobs.Plan
 	spec     *Spec
 }
 
@@ -203,6 +270,9 @@ func (r *batchRequests) request(i int) (*messages.EpisodeRequest, error) {
 		return nil, err
 	}
 	s := r.spec
+	if s == nil {
+		return q, nil
+	}
 	row := r.plan.Row(i)
 	if t := s.Sampling.Temperature; t != nil && row.Temperature == nil {
 		q.Sampling.Temperature = *t
@@ -215,19 +285,31 @@ func (r *batchRequests) request(i int) (*messages.EpisodeRequest, error) {
 // its submit time and version).
 func (c *Client) requests(b Batch) (*batchRequests, messages.BatchManifest, error) {
 	man := messages.BatchManifest{V: messages.Version, BatchID: b.ID}
+	given := 0
+	for _, ok := range []bool{len(b.Requests) > 0, b.Spec != nil, b.Plan != nil} {
+		if ok {
+			given++
+		}
+	}
 	switch {
-	case len(b.Requests) > 0 && b.Spec != nil:
-		return nil, man, fmt.Errorf("%w: give requests or a spec, not both", ErrBadBatch)
+	case given > 1:
+		return nil, man, fmt.Errorf("%w: give requests, a spec or a plan, not more than one", ErrBadBatch)
 	case len(b.Requests) > 0:
 		return c.explicitRequests(b, man)
+	case b.Plan != nil:
+		if id := b.Plan.RunID(); id != b.ID {
+			return nil, man, fmt.Errorf("%w: the plan makes episodes of run %s, not of batch %s", ErrBadBatch, id, b.ID)
+		}
+		man.Episodes, man.Groups, man.N = int32(b.Plan.Len()), int32(b.Plan.Groups()), int32(b.Plan.NSamples())
+		return &batchRequests{plan: b.Plan}, man, nil
 	case b.Spec == nil:
-		return nil, man, fmt.Errorf("%w: no requests and no spec", ErrBadBatch)
+		return nil, man, fmt.Errorf("%w: no requests, spec or plan", ErrBadBatch)
 	}
 	s := b.Spec
 	if err := c.checkSpec(s); err != nil {
 		return nil, man, err
 	}
-	opts := fleet.Options{
+	opts := jobs.Options{
 		Env: s.Env, Episodes: s.Episodes, NSamples: max(s.N, 1), MaxLength: s.MaxLength, MaxTokens: s.Sampling.MaxTokens,
 		ObsStyle: s.ObsStyle, ApplyChatTemplate: s.ApplyChatTemplate, PromptOverflow: s.PromptOverflow,
 		Seed: s.Seed, Remote: c.opts.Remote, RunID: b.ID,
@@ -238,7 +320,7 @@ func (c *Client) requests(b Batch) (*batchRequests, messages.BatchManifest, erro
 	if p := s.Sampling.TopP; p != nil {
 		opts.TopP = *p
 	}
-	plan, err := fleet.NewRequests(opts, s.Rows)
+	plan, err := jobs.New(opts, s.Rows)
 	if err != nil {
 		return nil, man, fmt.Errorf("%w: %w", ErrBadBatch, err)
 	}
@@ -339,7 +421,7 @@ func contains(list []string, v string) bool {
 }
 
 // rowEnvs lists the distinct envs rows name, comma-separated.
-func rowEnvs(rows []fleet.DatasetRow) string {
+func rowEnvs(rows []jobs.DatasetRow) string {
 	var ids []string
 	for _, r := range rows {
 		if r.Env != "" && !contains(ids, r.Env) {
@@ -400,21 +482,24 @@ func episodeMsgID(batch, episode string) string {
 	return batch + "/" + episode
 }
 
-// publishEpisodes publishes episodes [from, to) and waits for the stream to
-// store them; one it refused is published again with bus.Publish's retries.
-func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, from, to int, man messages.BatchManifest) error {
+// publishEpisodes publishes the episodes numbered idx and waits for the
+// stream to store them; one it refused is published again with
+// bus.Publish's retries.
+func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, idx []int, man messages.BatchManifest) error {
 	type pending struct {
 		id  string
 		msg *nats.Msg
 		ack jetstream.PubAckFuture
 	}
-	var batch []pending
-	for i := from; i < to; i++ {
+	batch := make([]pending, 0, len(idx))
+	for _, i := range idx {
 		q, err := reqs.request(i)
 		if err != nil {
 			return fmt.Errorf("%w: episode %d: %w", ErrBadBatch, i, err)
 		}
-		q.V, q.RunID, q.SubmitTime, q.SubmitVersion = messages.Version, man.BatchID, man.SubmitTime, man.SubmitVersion
+		// A plan's episode made later than the manifest records the newer
+		// version it was made under.
+		q.V, q.RunID, q.SubmitTime, q.SubmitVersion = messages.Version, man.BatchID, man.SubmitTime, max(q.SubmitVersion, man.SubmitVersion)
 		if q.TraceID == "" {
 			q.TraceID = messages.TraceIDOf(man.BatchID, q.EpisodeID)
 		}

@@ -38,6 +38,13 @@
 // trajectories, not both at once. Close removes what is left of a batch
 // (its consumers, records nobody read, its marks and manifest) once the
 // trainer is done with it.
+//
+// # rollout run
+//
+// rollout run submits its jobs and reads their records through this
+// package: an unlisted batch (Batch.Unlisted) made one episode at a time
+// from a jobs.Plan, paced by a window over the episodes decided
+// (Batch.Window, Batch.Decided), read with Consume.
 package trainer
 
 import (
@@ -115,6 +122,10 @@ type Options struct {
 	// Remote lists the envs the fleet hosts over HTTP, which batches may
 	// name besides the registered envs.
 	Remote []remoteenv.Config
+	// ConsumerPrefix begins the names of the batches' consumers,
+	// "<prefix>-<batch>-<kind>" (default "batch"; rollout run's are "run",
+	// which tells its jobs from a trainer's batches in rollout status).
+	ConsumerPrefix string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -137,6 +148,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.ConsumerIdle <= 0 {
 		o.ConsumerIdle = DefaultConsumerIdle
+	}
+	if o.ConsumerPrefix == "" {
+		o.ConsumerPrefix = "batch"
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

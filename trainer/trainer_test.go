@@ -8,13 +8,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/trainer"
 )
@@ -98,7 +101,7 @@ func TestSubmitAndReadGroups(t *testing.T) {
 		}
 	}
 	slices.Sort(got)
-	want := []string{fleet.GroupID(id, 0), fleet.GroupID(id, 1), fleet.GroupID(id, 2)}
+	want := []string{jobs.GroupID(id, 0), jobs.GroupID(id, 1), jobs.GroupID(id, 2)}
 	if !slices.Equal(got, want) {
 		t.Fatalf("groups %v, want %v", got, want)
 	}
@@ -250,15 +253,21 @@ func TestSubmitRefusesBadBatches(t *testing.T) {
 	f := startFleet(t)
 	c, _ := newClient(t, f, trainer.Options{})
 	ctx := testContext(t)
+	plan, err := jobs.New(jobs.Options{RunID: "other", Env: gtn, Episodes: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		b    trainer.Batch
 		want string
 	}{
-		{"nothing", trainer.Batch{}, "no requests and no spec"},
+		{"nothing", trainer.Batch{}, "no requests, spec or plan"},
+		{"spec and plan", trainer.Batch{ID: "other", Plan: plan, Spec: &trainer.Spec{Env: gtn, Episodes: 1}}, "not more than one"},
+		{"plan of another run", trainer.Batch{ID: "mine", Plan: plan}, "not of batch mine"},
 		{"not a multiple", trainer.Batch{Spec: &trainer.Spec{Env: gtn, Episodes: 6, N: 4}}, "episodes 6 is not a multiple of n 4"},
 		{"unknown env", trainer.Batch{Spec: &trainer.Spec{Env: "game:NoSuchGame-v0", Episodes: 4}}, "game:NoSuchGame-v0"},
-		{"row env", trainer.Batch{Spec: &trainer.Spec{Env: gtn, Rows: []fleet.DatasetRow{{Prompt: "x"}, {Prompt: "y", Env: "nope"}}}}, "rows[1].env"},
+		{"row env", trainer.Batch{Spec: &trainer.Spec{Env: gtn, Rows: []jobs.DatasetRow{{Prompt: "x"}, {Prompt: "y", Env: "nope"}}}}, "rows[1].env"},
 		{"stale policy", trainer.Batch{Spec: &trainer.Spec{Env: gtn, Episodes: 1, StalePolicy: "later"}}, "stale_policy"},
 		{"top_p", trainer.Batch{Spec: &trainer.Spec{Env: gtn, Episodes: 1, Sampling: trainer.Sampling{TopP: new(2.0)}}}, "sampling.top_p"},
 		{"bad id", trainer.Batch{ID: "a.b", Spec: &trainer.Spec{Env: gtn, Episodes: 1}}, "id"},
@@ -327,4 +336,125 @@ func TestAckTokenNamesTheBatch(t *testing.T) {
 		}
 		return fmt.Errorf("batch %s not done: %+v", a, st.Batches)
 	})
+}
+
+// A plan submitted as rollout run submits its jobs: unlisted, paced by a
+// window over the decided episodes, the skipped episodes left out, and read
+// through Consume on consumers named with the client's prefix, which
+// Forget deletes.
+func TestPacedPlanBatch(t *testing.T) {
+	f := startFleet(t)
+	c, nc := newClient(t, f, trainer.Options{ConsumerPrefix: "job"})
+	ctx := testContext(t)
+	const total, skipped, window = 24, 4, 5
+	plan, err := jobs.New(jobs.Options{RunID: "paced", Env: gtn, Episodes: total, Seed: seed(5)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type decision struct{ episode, kind string }
+	decisions := make(chan decision, total)
+	for _, kind := range []string{trainer.KindTrajectory, trainer.KindFailure} {
+		stop, err := c.Consume(ctx, "paced", kind, func(m jetstream.Msg) {
+			var id string
+			if kind == trainer.KindTrajectory {
+				tr, err := messages.Decode[messages.Trajectory](m.Data())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				id = tr.EpisodeID
+			} else {
+				fr, err := messages.Decode[messages.Failure](m.Data())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				id = fr.EpisodeID
+			}
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			decisions <- decision{id, kind}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+	}
+	var mu sync.Mutex
+	var decided int64
+	var asked []int64
+	seen := map[string]int{}
+	collect := func(n int64) {
+		for decided < n {
+			d := <-decisions
+			seen[d.episode]++
+			decided++
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.SubmitBatch(ctx, trainer.Batch{
+			ID: "paced", Plan: plan, Unlisted: true, Window: window,
+			Skip: func(i int) bool { return i < skipped },
+			Decided: func(ctx context.Context, n int64) error {
+				mu.Lock()
+				defer mu.Unlock()
+				asked = append(asked, n)
+				collect(n)
+				return nil
+			},
+			Kinds: []string{trainer.KindTrajectory, trainer.KindFailure},
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("submission did not end")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	collect(total - skipped)
+	for i := range total {
+		id, want := jobs.EpisodeID("paced", i), 1
+		if i < skipped {
+			want = 0
+		}
+		if seen[id] != want {
+			t.Errorf("episode %s decided %d times, want %d", id, seen[id], want)
+		}
+	}
+	// The window: episode window+k waited for k+1 decisions, in order.
+	for k, n := range asked {
+		if n != int64(k+1) {
+			t.Fatalf("waited for decisions %v, want 1, 2, …, %d", asked, total-skipped-window)
+		}
+	}
+	if len(asked) != total-skipped-window {
+		t.Fatalf("waited %d times, want %d", len(asked), total-skipped-window)
+	}
+	if _, err := c.Manifest(ctx, "paced"); !errors.Is(err, trainer.ErrUnknownBatch) {
+		t.Fatalf("unlisted batch has a manifest: %v", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := messages.NewSubjects("")
+	if _, err := js.Consumer(ctx, subj.StreamTrajectories(), "job-paced-trajectory"); err != nil {
+		t.Fatalf("consumer with the client's prefix: %v", err)
+	}
+	if err := c.Forget(ctx, "paced"); err != nil {
+		t.Fatal(err)
+	}
+	for stream, name := range map[string]string{subj.StreamTrajectories(): "job-paced-trajectory", subj.StreamFailures(): "job-paced-failure"} {
+		if _, err := js.Consumer(ctx, stream, name); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("consumer %s after Forget: %v", name, err)
+		}
+	}
 }

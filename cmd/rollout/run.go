@@ -15,6 +15,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
@@ -94,7 +95,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	if c.SubmitOnly && c.NATS == "" {
 		return sum, errors.New("--submit-only needs --nats")
 	}
-	run := fleet.NewRunID()
+	run := jobs.NewRunID()
 	if c.Resume != "" {
 		if err := c.loadManifest(); err != nil {
 			return sum, err

@@ -38,7 +38,7 @@ import (
 	"time"
 
 	"github.com/rollfleet/rollfleet/control"
-	"github.com/rollfleet/rollfleet/fleet"
+	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/trainer"
 )
@@ -177,7 +177,7 @@ func (b *BatchRequest) BatchSpec() (*trainer.Spec, error) {
 	s := b.Spec
 	s.Rows = nil
 	for i, raw := range b.Rows {
-		row := fleet.DatasetRow{Line: i}
+		row := jobs.DatasetRow{Line: i}
 		if err := json.Unmarshal(raw, &row); err != nil {
 			return nil, fmt.Errorf("%w: rows[%d]: %w", trainer.ErrBadBatch, i, err)
 		}
