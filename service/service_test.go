@@ -70,11 +70,17 @@ func TestFleetIsDiscoverable(t *testing.T) {
 			if kind == service.KindLLM && (len(status.Endpoints) != 1 || !status.Endpoints[0].Healthy) {
 				t.Errorf("LLM worker's endpoints: %+v", status.Endpoints)
 			}
+			// micro counts a request once its handler has returned, which
+			// may be just after the requester got the answer.
 			var stats micro.Stats
-			request(t, nc, "$SRV.STATS."+name, &stats)
-			if len(stats.Endpoints) != 1 || stats.Endpoints[0].NumRequests < 1 {
-				t.Fatalf("STATS: %+v", stats)
-			}
+			bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+				stats = micro.Stats{}
+				request(t, nc, "$SRV.STATS."+name, &stats)
+				if len(stats.Endpoints) != 1 || stats.Endpoints[0].NumRequests < 1 {
+					return fmt.Errorf("STATS: %+v", stats)
+				}
+				return nil
+			})
 			var data service.Status
 			if err := json.Unmarshal(stats.Endpoints[0].Data, &data); err != nil || data.Kind != kind {
 				t.Errorf("STATS data %s: %v", stats.Endpoints[0].Data, err)
