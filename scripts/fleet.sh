@@ -10,6 +10,11 @@
 # every group, N back-to-back jobs of EPISODES episodes (default 50000) are
 # submitted with `rollout run --submit-only`, and each job's wall time and
 # the data dir's size after it are printed; then the fleet stops.
+#
+# ENV_WORKERS and LLM_WORKERS (default 1 each) start that many env worker
+# and LLM worker processes, each env worker taking up to CONCURRENCY (512)
+# episodes; TOY_FLAGS are extra flags of the stand-in model (for instance
+# "--latency 10ms --max-concurrent 1024" for a modelled GPU server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,11 +35,16 @@ trap cleanup EXIT INT TERM
 "$bin/rollout" server --listen "$nats_addr" --data-dir "$data" & pids+=($!); names+=(server)
 vllm=${VLLM:-}
 if [ -z "$vllm" ]; then
-  "$bin/rollout" toyllm --listen 127.0.0.1:8000 & pids+=($!); names+=(toyllm)
+  # shellcheck disable=SC2086 # TOY_FLAGS is a list of flags
+  "$bin/rollout" toyllm --listen 127.0.0.1:8000 ${TOY_FLAGS:-} & pids+=($!); names+=(toyllm)
   vllm=http://127.0.0.1:8000
 fi
-"$bin/llmworker" --nats "nats://$nats_addr" --vllm "$vllm" & pids+=($!); names+=(llmworker)
-"$bin/envworker" --nats "nats://$nats_addr" --concurrency "${CONCURRENCY:-512}" & pids+=($!); names+=(envworker)
+for i in $(seq "${LLM_WORKERS:-1}"); do
+  "$bin/llmworker" --nats "nats://$nats_addr" --vllm "$vllm" & pids+=($!); names+=("llmworker$i")
+done
+for i in $(seq "${ENV_WORKERS:-1}"); do
+  "$bin/envworker" --nats "nats://$nats_addr" --concurrency "${CONCURRENCY:-512}" & pids+=($!); names+=("envworker$i")
+done
 "$bin/collector" --nats "nats://$nats_addr" & pids+=($!); names+=(collector)
 echo "fleet up: nats://$nats_addr, model $vllm, data in $data"
 
@@ -53,7 +63,7 @@ for _ in $(seq 300); do grep -q 'reading groups' "$out/consume.log" 2>/dev/null 
 for job in $(seq 1 "$jobs"); do
   start=$(date +%s.%N)
   "$bin/rollout" run --nats "nats://$nats_addr" --submit-only --env game:GuessTheNumber-v0 \
-    --episodes "$episodes" --concurrency "${CONCURRENCY:-512}" --seed "$job" \
+    --episodes "$episodes" --concurrency "$(( ${CONCURRENCY:-512} * ${ENV_WORKERS:-1} ))" --seed "$job" \
     --out "$out/job$job.jsonl" 2>&1 | grep -E '^episodes=|stream full' || true
   end=$(date +%s.%N)
   lines=$(wc -l < "$out/job$job.jsonl")
