@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -177,19 +176,8 @@ func (o *Options) setDefaults() {
 	if o.SubmitWindow <= 0 {
 		o.SubmitWindow = max(2*o.Concurrency, 4096)
 	}
-	if o.MaxLength <= 0 {
-		o.MaxLength = 4096
-	}
-	if o.Temperature == 0 {
-		o.Temperature = 1
-	}
-	if o.TopP == 0 {
-		o.TopP = 1
-	}
-	if o.Seed == nil {
-		s := rand.Uint64()
-		o.Seed = &s
-	}
+	// The episodes' own defaults (MaxLength, Temperature, TopP, Seed) are
+	// jobs.Options'.
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -478,12 +466,8 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 				}
 			}()
 			stack.push(func() { cancel(); <-done; nc.Close() })
-			select {
-			case <-jw.Ready():
-			case <-done:
-				return nil, errors.New("fleet: the judge's llm worker stopped before it was ready")
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if err := waitReady(ctx, jw, done, "the judge's llm worker"); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -513,15 +497,24 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	start(coll.Run)
 	// The env worker asks the LLM worker from its first episode on.
 	llmDone := start(lw.Run)
-	select {
-	case <-lw.Ready():
-	case <-llmDone:
-		return nil, errors.New("fleet: the llm worker stopped before it was ready")
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := waitReady(ctx, lw, llmDone, "the llm worker"); err != nil {
+		return nil, err
 	}
 	start(ew.Run)
 	return coll, nil
+}
+
+// waitReady waits until an LLM worker whose Run ends by closing done is
+// ready to answer requests.
+func waitReady(ctx context.Context, w *llm.Worker, done <-chan struct{}, what string) error {
+	select {
+	case <-w.Ready():
+		return nil
+	case <-done:
+		return fmt.Errorf("fleet: %s stopped before it was ready", what)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // plan is the job's episodes, with the options the run's outputs need.

@@ -280,16 +280,6 @@ func EpisodeID(run string, i int) string { return fmt.Sprintf("%s-%06d", run, i)
 // GroupID is the id of a run's group number g.
 func GroupID(run string, g int) string { return fmt.Sprintf("%s-g%06d", run, g) }
 
-// EpisodeIndex returns the number of one of run's episodes, from its id.
-func EpisodeIndex(run, id string) (int, bool) {
-	rest, ok := strings.CutPrefix(id, run+"-")
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.Atoi(rest)
-	return i, err == nil && i >= 0 && EpisodeID(run, i) == id
-}
-
 // taskNumbers numbers dataset rows as NeMo Gym's rollout collection does:
 // a row's own _ng_task_index, else identical rows (the same text) alike, in
 // order of first appearance, counting from 0 (the rows with an index of
@@ -474,12 +464,23 @@ func mathEnvOptions(judge, strict bool) []byte {
 	return nil
 }
 
+// EpisodeIndex returns the number of one of run's episodes, from its id.
+func EpisodeIndex(run, id string) (int, bool) {
+	return index(id, run+"-", func(i int) string { return EpisodeID(run, i) })
+}
+
 // GroupIndex returns the number of one of run's groups, from its id.
 func GroupIndex(run, id string) (int, bool) {
-	rest, ok := strings.CutPrefix(id, run+"-g")
+	return index(id, run+"-g", func(i int) string { return GroupID(run, i) })
+}
+
+// index reads the number of an id made by format: prefix, then the number
+// as format writes it, and nothing else.
+func index(id, prefix string, format func(int) string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, prefix)
 	if !ok {
 		return 0, false
 	}
 	i, err := strconv.Atoi(rest)
-	return i, err == nil && i >= 0 && GroupID(run, i) == id
+	return i, err == nil && i >= 0 && format(i) == id
 }
