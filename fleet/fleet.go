@@ -99,7 +99,7 @@ type Options struct {
 	Remote []remoteenv.Config
 	// ToyLLM configures the stand-in model (latency, capacity, recording).
 	ToyLLM toyllm.Options
-	// RunID names the run (default: a fresh NewRunID). Its episodes,
+	// RunID names the run (default: a fresh jobs.NewRunID). Its episodes,
 	// steps and outcomes carry it, so runs sharing a server never mix; the
 	// same id with a Ledger resumes an interrupted run.
 	RunID string
@@ -304,7 +304,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		Unlisted: true, Kinds: readKinds(groups),
 	}
 	if opts.Ledger != nil {
-		batch.Skip = opts.Ledger.Episode
+		batch.Skip = opts.Ledger.Written()
 	}
 	submitErr := make(chan error, 1)
 	watch.Go(func() {

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/rollfleet/rollfleet/jobs"
@@ -179,6 +180,13 @@ func (l *Ledger) Resumed() bool { return l.resumed }
 
 // Episode reports whether episode number i was written.
 func (l *Ledger) Episode(i int) bool { return l.episodes.has(i) }
+
+// Written returns a copy of which episodes were written so far, for a
+// reader that runs beside the writer (the submission skipping them).
+func (l *Ledger) Written() func(i int) bool {
+	written := slices.Clone(l.episodes)
+	return written.has
+}
 
 // Group reports whether group number g was written.
 func (l *Ledger) Group(g int) bool { return l.groups.has(g) }

@@ -17,7 +17,7 @@ import (
 	"github.com/rollfleet/rollfleet/remoteenv"
 )
 
-// Batch is what Submit submits: either explicit Requests or a Spec.
+// Batch is what Submit submits: explicit Requests, a Spec or a Plan.
 type Batch struct {
 	// ID names the batch; it becomes the RunID of every episode. Empty
 	// draws a fresh one (jobs.NewRunID).
@@ -118,8 +118,9 @@ type Submitted struct {
 // acknowledgements are awaited.
 const publishWindow = 256
 
-// Submit submits a batch and returns its id. It stores the batch's manifest,
-// makes the consumers its results are read through, and publishes every
+// Submit submits a batch and returns its id. It stores the batch's manifest
+// (unless the batch is Unlisted), makes the consumers its results are read
+// through, and publishes every
 // episode with a message id, so submitting the same batch again stores
 // nothing twice. See SubmitBatch for the manifest.
 func (c *Client) Submit(ctx context.Context, b Batch) (string, error) {
@@ -132,8 +133,12 @@ func (c *Client) SubmitBatch(ctx context.Context, b Batch) (Submitted, error) {
 	if b.ID == "" {
 		b.ID = jobs.NewRunID()
 	}
-	if err := checkBatchID(b.ID); err != nil {
-		return Submitted{}, err
+	// An unlisted batch's id names no manifest subject of its own and its
+	// consumers escape it: any run id rollout run takes will do.
+	if !b.Unlisted {
+		if err := checkBatchID(b.ID); err != nil {
+			return Submitted{}, err
+		}
 	}
 	reqs, man, err := c.requests(b)
 	if err != nil {
@@ -342,8 +347,8 @@ func (c *Client) requests(b Batch) (*batchRequests, messages.BatchManifest, erro
 	return r, man, nil
 }
 
-// checkSpec checks what fleet's plan would report in terms of rollout
-// run's flags, naming the spec's fields instead.
+// checkSpec checks what jobs.New would report in terms of rollout run's
+// flags, naming the spec's fields instead.
 func (c *Client) checkSpec(s *Spec) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadBatch, fmt.Sprintf(format, args...))
@@ -497,9 +502,12 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, idx [
 		if err != nil {
 			return fmt.Errorf("%w: episode %d: %w", ErrBadBatch, i, err)
 		}
-		// A plan's episode made later than the manifest records the newer
-		// version it was made under.
-		q.V, q.RunID, q.SubmitTime, q.SubmitVersion = messages.Version, man.BatchID, man.SubmitTime, max(q.SubmitVersion, man.SubmitVersion)
+		q.V, q.RunID, q.SubmitTime, q.SubmitVersion = messages.Version, man.BatchID, man.SubmitTime, man.SubmitVersion
+		if reqs.plan != nil {
+			// A plan's episode made later than the manifest records the
+			// newer version it was made under.
+			q.SubmitVersion = max(q.SubmitVersion, man.SubmitVersion)
+		}
 		if q.TraceID == "" {
 			q.TraceID = messages.TraceIDOf(man.BatchID, q.EpisodeID)
 		}

@@ -338,23 +338,27 @@ func TestAckTokenNamesTheBatch(t *testing.T) {
 	})
 }
 
-// A plan submitted as rollout run submits its jobs: unlisted, paced by a
-// window over the decided episodes, the skipped episodes left out, and read
-// through Consume on consumers named with the client's prefix, which
-// Forget deletes.
+// A plan submitted as rollout run submits its jobs: unlisted (under a run
+// id that a listed batch could not have), paced by a window over the
+// decided episodes, the skipped episodes left out, and read through Consume
+// on consumers named with the client's prefix, which Forget deletes.
 func TestPacedPlanBatch(t *testing.T) {
 	f := startFleet(t)
 	c, nc := newClient(t, f, trainer.Options{ConsumerPrefix: "job"})
 	ctx := testContext(t)
-	const total, skipped, window = 24, 4, 5
-	plan, err := jobs.New(jobs.Options{RunID: "paced", Env: gtn, Episodes: total, Seed: seed(5)}, nil)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type decision struct{ episode, kind string }
-	decisions := make(chan decision, total)
+	subj := messages.NewSubjects("")
+	const run, total, skipped, window = "paced.run", 24, 4, 5
+	plan, err := jobs.New(jobs.Options{RunID: run, Env: gtn, Episodes: total, Seed: seed(5)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisions := make(chan string, total)
 	for _, kind := range []string{trainer.KindTrajectory, trainer.KindFailure} {
-		stop, err := c.Consume(ctx, "paced", kind, func(m jetstream.Msg) {
+		stop, err := c.Consume(ctx, run, kind, func(m jetstream.Msg) {
 			var id string
 			if kind == trainer.KindTrajectory {
 				tr, err := messages.Decode[messages.Trajectory](m.Data())
@@ -375,7 +379,7 @@ func TestPacedPlanBatch(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			decisions <- decision{id, kind}
+			decisions <- id
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -386,42 +390,51 @@ func TestPacedPlanBatch(t *testing.T) {
 	var decided int64
 	var asked []int64
 	seen := map[string]int{}
-	collect := func(n int64) {
+	collect := func(ctx context.Context, n int64) error {
 		for decided < n {
-			d := <-decisions
-			seen[d.episode]++
-			decided++
+			select {
+			case id := <-decisions:
+				seen[id]++
+				decided++
+			case <-ctx.Done():
+				return fmt.Errorf("%d of %d episodes decided: %w", decided, n, ctx.Err())
+			}
 		}
+		return nil
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.SubmitBatch(ctx, trainer.Batch{
-			ID: "paced", Plan: plan, Unlisted: true, Window: window,
-			Skip: func(i int) bool { return i < skipped },
-			Decided: func(ctx context.Context, n int64) error {
-				mu.Lock()
-				defer mu.Unlock()
-				asked = append(asked, n)
-				collect(n)
-				return nil
-			},
-			Kinds: []string{trainer.KindTrajectory, trainer.KindFailure},
-		})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-ctx.Done():
-		t.Fatal("submission did not end")
+	episodes, err := js.Stream(ctx, subj.StreamEpisodes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SubmitBatch(ctx, trainer.Batch{
+		ID: run, Plan: plan, Unlisted: true, Window: window,
+		Skip: func(i int) bool { return i < skipped },
+		Decided: func(ctx context.Context, n int64) error {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, n)
+			// The wait comes before the next episode is published.
+			info, err := episodes.Info(ctx)
+			if err != nil {
+				return err
+			}
+			if want := uint64(window) + uint64(n) - 1; info.State.LastSeq != want {
+				return fmt.Errorf("waiting for %d decisions with %d episodes published, want %d", n, info.State.LastSeq, want)
+			}
+			return collect(ctx, n)
+		},
+		Kinds: []string{trainer.KindTrajectory, trainer.KindFailure},
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	collect(total - skipped)
+	if err := collect(ctx, total-skipped); err != nil {
+		t.Fatal(err)
+	}
 	for i := range total {
-		id, want := jobs.EpisodeID("paced", i), 1
+		id, want := jobs.EpisodeID(run, i), 1
 		if i < skipped {
 			want = 0
 		}
@@ -438,23 +451,22 @@ func TestPacedPlanBatch(t *testing.T) {
 	if len(asked) != total-skipped-window {
 		t.Fatalf("waited %d times, want %d", len(asked), total-skipped-window)
 	}
-	if _, err := c.Manifest(ctx, "paced"); !errors.Is(err, trainer.ErrUnknownBatch) {
+	if _, err := c.Manifest(ctx, run); !errors.Is(err, trainer.ErrUnknownBatch) {
 		t.Fatalf("unlisted batch has a manifest: %v", err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
+	name := func(kind string) string { return "job-" + messages.NameToken(run) + "-" + kind }
+	if _, err := js.Consumer(ctx, subj.StreamGroups(), name(trainer.KindGroup)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("group consumer of a batch whose kinds leave groups out: %v", err)
 	}
-	subj := messages.NewSubjects("")
-	if _, err := js.Consumer(ctx, subj.StreamTrajectories(), "job-paced-trajectory"); err != nil {
+	if _, err := js.Consumer(ctx, subj.StreamTrajectories(), name(trainer.KindTrajectory)); err != nil {
 		t.Fatalf("consumer with the client's prefix: %v", err)
 	}
-	if err := c.Forget(ctx, "paced"); err != nil {
+	if err := c.Forget(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	for stream, name := range map[string]string{subj.StreamTrajectories(): "job-paced-trajectory", subj.StreamFailures(): "job-paced-failure"} {
-		if _, err := js.Consumer(ctx, stream, name); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			t.Errorf("consumer %s after Forget: %v", name, err)
+	for stream, kind := range map[string]string{subj.StreamTrajectories(): trainer.KindTrajectory, subj.StreamFailures(): trainer.KindFailure} {
+		if _, err := js.Consumer(ctx, stream, name(kind)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("consumer %s after Forget: %v", name(kind), err)
 		}
 	}
 }

@@ -310,7 +310,10 @@ func (w *Worker) Run(ctx context.Context) error {
 // the subscriptions wait for the reconnect) is tried again.
 func (w *Worker) announceReady(ctx context.Context) {
 	for ctx.Err() == nil {
-		if err := w.nc.FlushTimeout(5 * time.Second); err == nil {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := w.nc.FlushWithContext(fctx)
+		cancel()
+		if err == nil {
 			w.readyOnce.Do(func() { close(w.ready) })
 			return
 		}
