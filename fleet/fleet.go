@@ -1,7 +1,9 @@
 // Package fleet runs a whole rollout job: it brings up (or connects to) NATS,
 // starts the env worker, LLM worker and collector actors and the built-in
-// stand-in model when no vLLM server is given, submits the episodes, and
-// streams the resulting trajectories out as OpenRLHF-ready JSONL.
+// stand-in model when no vLLM server is given, submits the episodes (made by
+// package jobs) and reads their outcomes through the trainer client
+// (package trainer), and streams the resulting trajectories out as
+// OpenRLHF-ready JSONL.
 package fleet
 
 import (
