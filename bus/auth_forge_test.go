@@ -79,14 +79,10 @@ func accountHash(name string) string {
 // the messages in flight stay in flight, while the real acknowledgement
 // subjects of each role's own deliveries still work.
 func TestAuthConfForgedAcks(t *testing.T) {
-	_, url := startAuthServer(t)
 	subj := messages.NewSubjects("")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, adminJS, _ := connectAs(t, url, "admin")
-	if err := bus.EnsureStreams(ctx, adminJS, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	url, adminJS := startAuthStreams(t, ctx, subj)
 	const n = 3
 
 	// Episodes in flight at the env worker.
@@ -264,14 +260,10 @@ func pushRequest(stream, name, filter, deliver, group string, direct bool) []byt
 // own. Direct gets and consumer deletions outside the role's streams are
 // refused as well.
 func TestAuthConfConsumerForgery(t *testing.T) {
-	_, url := startAuthServer(t)
 	subj := messages.NewSubjects("")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, adminJS, _ := connectAs(t, url, "admin")
-	if err := bus.EnsureStreams(ctx, adminJS, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	url, adminJS := startAuthStreams(t, ctx, subj)
 	// One stored message in every stream.
 	for _, s := range []string{
 		subj.Episodes("run-1", "game:GuessTheNumber-v0"), subj.Steps("run-1", "e0"), subj.Trajectories("run-1", "game:GuessTheNumber-v0"),

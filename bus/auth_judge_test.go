@@ -8,7 +8,6 @@ import (
 	"time"
 
 	envactor "github.com/rollfleet/rollfleet/actors/env"
-	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
@@ -19,14 +18,10 @@ import (
 // worker subscribes and follows its policy state, and the env worker's
 // generate and tokenize requests to it are answered. Nothing is refused.
 func TestAuthConfEnvWorkerJudge(t *testing.T) {
-	_, url := startAuthServer(t)
 	subj := messages.NewSubjects("")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, adminJS, _ := connectAs(t, url, "admin")
-	if err := bus.EnsureStreams(ctx, adminJS, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	url, _ := startAuthStreams(t, ctx, subj)
 	model := httptest.NewServer(toyllm.New(toyllm.Options{Logger: slog.New(slog.DiscardHandler)}).Handler())
 	t.Cleanup(model.Close)
 

@@ -48,6 +48,19 @@ func startConfigServer(t *testing.T, conf string) (*server.Server, string) {
 	return s, s.ClientURL()
 }
 
+// startAuthStreams starts a server with the example configuration, as
+// startAuthServer does, and makes the fleet's streams as its admin (every
+// role only looks them up): the server's URL and the admin's JetStream.
+func startAuthStreams(t *testing.T, ctx context.Context, subj messages.Subjects) (string, jetstream.JetStream) {
+	t.Helper()
+	_, url := startAuthServer(t)
+	_, adminJS, _ := connectAs(t, url, "admin")
+	if err := bus.EnsureStreams(ctx, adminJS, subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return url, adminJS
+}
+
 // connectAs connects to url as a user of the example configuration. Error
 // records of the connection (permission violations among them) go to the
 // returned log.
@@ -572,14 +585,10 @@ func testControlRoles(t *testing.T, ctx context.Context, subj messages.Subjects,
 // TestAuthConfRefusesOtherSubjects checks that a role cannot write where its
 // role does not, and that nothing it tries reaches a stream.
 func TestAuthConfRefusesOtherSubjects(t *testing.T) {
-	_, url := startAuthServer(t)
 	subj := messages.NewSubjects("")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, adminJS, _ := connectAs(t, url, "admin")
-	if err := bus.EnsureStreams(ctx, adminJS, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	url, adminJS := startAuthStreams(t, ctx, subj)
 
 	// denied is the permission violation nc reports for op on subject.
 	denied := func(t *testing.T, nc *nats.Conn, op, subject string) {

@@ -25,14 +25,10 @@ import (
 // collector's user, acknowledges each, reads the fleet's status and closes
 // the batches, which removes everything left of them. Nothing is refused.
 func TestAuthConfTrainerBatches(t *testing.T) {
-	_, url := startAuthServer(t)
 	subj := messages.NewSubjects("")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, adminJS, _ := connectAs(t, url, "admin")
-	if err := bus.EnsureStreams(ctx, adminJS, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	url, adminJS := startAuthStreams(t, ctx, subj)
 
 	// The batches stream is the admin's to make, as the others are: a
 	// trainer submitting before it exists is refused its creation.
