@@ -502,11 +502,12 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, idx [
 		if err != nil {
 			return fmt.Errorf("%w: episode %d: %w", ErrBadBatch, i, err)
 		}
+		made := q.SubmitVersion
 		q.V, q.RunID, q.SubmitTime, q.SubmitVersion = messages.Version, man.BatchID, man.SubmitTime, man.SubmitVersion
 		if reqs.plan != nil {
 			// A plan's episode made later than the manifest records the
 			// newer version it was made under.
-			q.SubmitVersion = max(q.SubmitVersion, man.SubmitVersion)
+			q.SubmitVersion = max(made, man.SubmitVersion)
 		}
 		if q.TraceID == "" {
 			q.TraceID = messages.TraceIDOf(man.BatchID, q.EpisodeID)

@@ -356,6 +356,10 @@ func TestPacedPlanBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The plan's episodes are made under a newer policy version than the
+	// fleet's at submission (0): they record the plan's.
+	const planVersion = 7
+	plan.SetVersion(planVersion)
 	decisions := make(chan string, total)
 	for _, kind := range []string{trainer.KindTrajectory, trainer.KindFailure} {
 		stop, err := c.Consume(ctx, run, kind, func(m jetstream.Msg) {
@@ -367,6 +371,9 @@ func TestPacedPlanBatch(t *testing.T) {
 					return
 				}
 				id = tr.EpisodeID
+				if tr.SubmitVersion != planVersion {
+					t.Errorf("trajectory %s: submit version %d, want %d", id, tr.SubmitVersion, planVersion)
+				}
 			} else {
 				fr, err := messages.Decode[messages.Failure](m.Data())
 				if err != nil {
