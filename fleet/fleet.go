@@ -303,7 +303,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	watch.Go(func() { watchPolicy(watchCtx, ctl, p, opts.Policy) })
 	batch := trainer.Batch{
 		ID: p.RunID(), Plan: p.Plan, Window: opts.SubmitWindow, Decided: g.waitDecided,
-		Unlisted: true, Kinds: readKinds(groups),
+		Unlisted: true,
 	}
 	if opts.Ledger != nil {
 		batch.Skip = opts.Ledger.Written()

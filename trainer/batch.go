@@ -79,14 +79,10 @@ func (c *Client) consumer(ctx context.Context, batch, kind string) (jetstream.Co
 	return cons, nil
 }
 
-// ensureConsumers makes a batch's consumers of the given kinds (all three
-// when none is given), before its episodes are submitted: the counts of
-// records not yet delivered are then theirs.
-func (c *Client) ensureConsumers(ctx context.Context, batch string, ks []string) error {
-	if len(ks) == 0 {
-		ks = kinds
-	}
-	for _, k := range ks {
+// ensureConsumers makes a batch's three consumers, before its episodes are
+// submitted: the counts of records not yet delivered are then theirs.
+func (c *Client) ensureConsumers(ctx context.Context, batch string) error {
+	for _, k := range kinds {
 		if _, err := c.consumer(ctx, batch, k); err != nil {
 			return err
 		}

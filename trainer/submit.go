@@ -44,15 +44,12 @@ type Batch struct {
 	// be stored stops submitting instead of queueing more work.
 	Window  int
 	Decided func(ctx context.Context, n int64) error
-	// Unlisted submits without storing a manifest: the batch is not listed
-	// by Batches and Status, and its records are read with Consume only.
-	// rollout run's jobs are unlisted; they keep their own manifest for
-	// --resume.
+	// Unlisted submits without storing a manifest or making consumers: the
+	// batch is not listed by Batches and Status, and its records are read
+	// with Consume only, which makes the consumer of each kind read (start
+	// it before submitting). rollout run's jobs are unlisted; they keep
+	// their own manifest for --resume.
 	Unlisted bool
-	// Kinds are the kinds of record whose consumers Submit makes (default:
-	// all three); a job whose groups another consumer reads leaves out
-	// KindGroup.
-	Kinds []string
 }
 
 // Spec describes a batch's episodes as rollout run's flags describe a job's
@@ -158,8 +155,10 @@ func (c *Client) SubmitBatch(ctx context.Context, b Batch) (Submitted, error) {
 			return out, err
 		}
 	}
-	if err := c.ensureConsumers(ctx, b.ID, b.Kinds); err != nil {
-		return out, err
+	if !b.Unlisted {
+		if err := c.ensureConsumers(ctx, b.ID); err != nil {
+			return out, err
+		}
 	}
 	if err := c.publish(ctx, b, reqs, out.Manifest); err != nil {
 		return out, err
