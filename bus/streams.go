@@ -226,3 +226,18 @@ func CompactIfEmpty(ctx context.Context, st jetstream.Stream, since uint64) (uin
 	}
 	return last, nil
 }
+
+// JetStream API error codes of a work-queue stream refusing a consumer
+// whose subjects overlap another's.
+const (
+	jsWQMultipleUnfiltered = 10099
+	jsWQNotUnique          = 10100
+)
+
+// IsWorkQueueOverlap reports whether err is a work-queue stream's refusal
+// of a consumer whose subjects overlap another consumer's: the messages it
+// would read are another reader's already.
+func IsWorkQueueOverlap(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsWQNotUnique || apiErr.ErrorCode == jsWQMultipleUnfiltered)
+}

@@ -331,13 +331,6 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 // be submitted to them (SubmitOnly).
 var ErrEpisodesTaken = errors.New("fleet: episodes taken by other env workers")
 
-// JetStream API error codes of a work-queue stream refusing a consumer
-// whose subjects overlap another's.
-const (
-	jsWQMultipleUnfiltered = 10099
-	jsWQNotUnique          = 10100
-)
-
 // cleanup runs registered stop functions in reverse order.
 type cleanup struct{ fns []func() }
 
@@ -439,8 +432,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	// Made here, so that a server whose episodes standing env workers
 	// already take fails the run at start rather than its worker later.
 	_, err = envJS.CreateOrUpdateConsumer(ctx, messages.NewSubjects("").StreamEpisodes(), envactor.ConsumerConfig(envOpts))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsWQNotUnique || apiErr.ErrorCode == jsWQMultipleUnfiltered) {
+	if bus.IsWorkQueueOverlap(err) {
 		return nil, fmt.Errorf("%w: env workers of this server take every run's episodes (%v); run with --submit-only to let them play this one", ErrEpisodesTaken, err)
 	}
 	if err != nil {

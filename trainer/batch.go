@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -24,13 +25,6 @@ const (
 	markTrajectory = "t" // keys: episode
 	markFailure    = "f" // keys: group (empty when unknown), episode
 	markGroup      = "g" // keys: group
-)
-
-// JetStream API error codes of a work-queue stream refusing a consumer
-// whose subjects overlap another's.
-const (
-	jsWQMultipleUnfiltered = 10099
-	jsWQNotUnique          = 10100
 )
 
 // ConsumerName names a batch's consumer of one kind of record, as a client
@@ -69,8 +63,7 @@ func (c *Client) consumer(ctx context.Context, batch, kind string) (jetstream.Co
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: c.opts.AckWait, MaxDeliver: -1,
 		MaxAckPending: c.opts.MaxAckPending, InactiveThreshold: c.opts.ConsumerIdle,
 	})
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsWQNotUnique || apiErr.ErrorCode == jsWQMultipleUnfiltered) {
+	if bus.IsWorkQueueOverlap(err) {
 		return nil, fmt.Errorf("%w: %s records of batch %s in %s: %v", ErrOutputTaken, kind, batch, src.stream, err)
 	}
 	if err != nil {
