@@ -451,18 +451,12 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		}
 		envOpts.Judge = jo
 		if jw != nil {
-			jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if err := jw.Run(jctx); err != nil {
-					opts.Logger.Error("judge LLM worker stopped", "err", err)
-				}
-			}()
-			stack.push(func() { cancel(); <-done; nc.Close() })
-			if err := waitReady(ctx, jw, done, "the judge's llm worker"); err != nil {
-				return nil, err
+			stop, err := jw.Start(ctx)
+			if err != nil {
+				nc.Close()
+				return nil, fmt.Errorf("fleet: the judge's %w", err)
 			}
+			stack.push(func() { stop(); nc.Close() })
 		}
 	}
 	ew, err := envactor.New(conns["envworker"], envJS, envOpts)
@@ -490,25 +484,13 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 	}
 	start(coll.Run)
 	// The env worker asks the LLM worker from its first episode on.
-	llmDone := start(lw.Run)
-	if err := waitReady(ctx, lw, llmDone, "the llm worker"); err != nil {
-		return nil, err
+	stopLLM, err := lw.Start(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
 	}
+	stack.push(stopLLM)
 	start(ew.Run)
 	return coll, nil
-}
-
-// waitReady waits until an LLM worker whose Run ends by closing done is
-// ready to answer requests.
-func waitReady(ctx context.Context, w *llm.Worker, done <-chan struct{}, what string) error {
-	select {
-	case <-w.Ready():
-		return nil
-	case <-done:
-		return fmt.Errorf("fleet: %s stopped before it was ready", what)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // plan is the job's episodes, with the options the run's outputs need.

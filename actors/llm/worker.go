@@ -173,6 +173,38 @@ func (w *Worker) Stats() Stats {
 // whole timeout instead of failing at once with no responders.
 func (w *Worker) Ready() <-chan struct{} { return w.ready }
 
+// Start runs the worker in a goroutine of its own and returns once it is
+// ready, with the function that stops it (cancels Run and waits for it to
+// return, logging its error). It fails when Run ends before the worker is
+// ready, with Run's error, or when ctx ends first. ctx bounds only the
+// wait: the worker runs until stop is called.
+func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	finished := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(finished)
+		runErr = w.Run(rctx)
+	}()
+	stop = func() {
+		cancel()
+		<-finished
+		if runErr != nil {
+			w.log.Error("llm worker stopped", "err", runErr)
+		}
+	}
+	select {
+	case <-w.ready:
+		return stop, nil
+	case <-finished:
+		cancel()
+		return nil, fmt.Errorf("llm: the worker stopped before it was ready: %w", cmp.Or(runErr, errors.New("no error")))
+	case <-ctx.Done():
+		stop()
+		return nil, ctx.Err()
+	}
+}
+
 // Run serves requests until ctx is cancelled, then drains its subscriptions
 // and waits for in-flight requests to be answered.
 func (w *Worker) Run(ctx context.Context) error {

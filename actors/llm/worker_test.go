@@ -2,9 +2,11 @@ package llm
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -739,5 +741,38 @@ func TestMaxTokensFitsTheWindow(t *testing.T) {
 	}
 	if len(rep.Tokens) > 8 || (len(rep.Tokens) == 8 && rep.FinishReason != "length") {
 		t.Fatalf("generated %d tokens (%s) with 8 left in the window", len(rep.Tokens), rep.FinishReason)
+	}
+}
+
+// Start returns once the worker is ready, and fails, without waiting, when
+// the worker stops before it is (here: its connection is closed).
+func TestStart(t *testing.T) {
+	f := newFixture(t)
+	m := newModel(t, toyllm.Options{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+
+	nc := bustest.Connect(t, f.srv, "llm")
+	w, err := New(nc, Options{Endpoints: []string{m.url}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := w.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := f.tokenize(t, &messages.TokenizeRequest{V: messages.Version, Text: "ready"}); rep.Error != "" || len(rep.Tokens) == 0 {
+		t.Errorf("tokenize after Start: %+v", rep)
+	}
+	stop()
+
+	closed := bustest.Connect(t, f.srv, "llm-closed")
+	closed.Close()
+	w, err = New(closed, Options{Endpoints: []string{m.url}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Start(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("Start on a closed connection: %v (context %v)", err, ctx.Err())
 	}
 }

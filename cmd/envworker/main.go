@@ -3,15 +3,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/alecthomas/kong"
 
 	envactor "github.com/rollfleet/rollfleet/actors/env"
-	"github.com/rollfleet/rollfleet/actors/llm"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/remoteenv"
 )
@@ -61,9 +58,12 @@ func main() {
 			}
 			opts.Judge = jo
 			if jw != nil {
+				stop, err := jw.Start(p.Ctx)
+				if err != nil {
+					return fmt.Errorf("--math-judge: %w", err)
+				}
 				// Stopped after the env worker (deferred), whose last
 				// episodes may still ask it.
-				stop := runJudge(p.Ctx, jw, p.Log)
 				defer stop()
 			}
 		}
@@ -87,17 +87,4 @@ func restarts(n int) int {
 		return -1
 	}
 	return n
-}
-
-// runJudge runs the judge's LLM worker until the returned stop is called.
-func runJudge(ctx context.Context, jw *llm.Worker, log *slog.Logger) (stop func()) {
-	jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := jw.Run(jctx); err != nil {
-			log.Error("judge LLM worker stopped", "err", err)
-		}
-	}()
-	return func() { cancel(); <-done }
 }
