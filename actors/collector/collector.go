@@ -324,11 +324,12 @@ func (c *Collector) Run(ctx context.Context) error {
 	for range deleters {
 		deleting.Go(func() { c.deleteLoop(delCtx) })
 	}
-	deleterDone := make(chan struct{})
-	go func() {
+	// No handler runs any more when this is called: the deleters finish
+	// what they were handed.
+	stopDeleters := func() {
+		close(c.deletes)
 		deleting.Wait()
-		close(deleterDone)
-	}()
+	}
 	c.halt = ctx.Done()
 	// Consume delivers serially on one goroutine.
 	cc, err := cons.Consume(func(m jetstream.Msg) { c.handle(work, m) },
@@ -345,8 +346,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			}
 		}))
 	if err != nil {
-		close(c.deletes)
-		<-deleterDone
+		stopDeleters()
 		return fmt.Errorf("collector: consume: %w", err)
 	}
 	sweepDone := make(chan struct{})
@@ -363,9 +363,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()
-	// No handler runs any more: the deleter finishes what it was handed.
-	close(c.deletes)
-	<-deleterDone
+	stopDeleters()
 	<-sweepDone
 	<-compactDone
 	st := c.Stats()
