@@ -259,7 +259,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	records := make(chan record, 1024)
 	groups := true
 	stopReaders, err := readOutputs(ctx, tc, p.RunID(), groups, records)
-	if errors.Is(err, ErrOutputTaken) && opts.GroupsOut == nil && opts.Filter == nil {
+	if errors.Is(err, trainer.ErrOutputTaken) && opts.GroupsOut == nil && opts.Filter == nil {
 		// A trainer reads the groups: they are its, and the run does without.
 		groups = false
 		opts.Logger.Info("this run's groups are read by another consumer", "err", err)

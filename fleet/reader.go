@@ -22,10 +22,6 @@ type record struct {
 	msg  jetstream.Msg
 }
 
-// ErrOutputTaken means another consumer already reads this run's records of
-// some kind from its work-queue stream (a trainer's, say), so the run cannot.
-var ErrOutputTaken = trainer.ErrOutputTaken
-
 // consumerPrefix begins the names of a run's consumers, "run-<run>-<kind>",
 // which tells a rollout run job from a trainer's batch in rollout status.
 const consumerPrefix = "run"
