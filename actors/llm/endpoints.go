@@ -103,14 +103,6 @@ func (e *endpoint) inFlight() int {
 	return n
 }
 
-// tryAcquire takes a slot if one is free.
-func (e *endpoint) tryAcquire() bool { return e.slots.tryAcquire() }
-
-// acquire waits for a slot.
-func (e *endpoint) acquire(ctx context.Context) error { return e.slots.acquire(ctx) }
-
-func (e *endpoint) release() { e.slots.release() }
-
 // noteCompletion counts a completion call of d that generated tokens.
 func (e *endpoint) noteCompletion(d time.Duration, tokens int) {
 	e.modelNanos.Add(int64(d))
@@ -145,17 +137,17 @@ func (r *router) pick(ctx context.Context, key string, tried map[*endpoint]bool)
 	if sticky == nil {
 		return nil, errNoEndpoint
 	}
-	if sticky.healthy.Load() && sticky.tryAcquire() {
+	if sticky.healthy.Load() && sticky.slots.tryAcquire() {
 		return sticky, nil
 	}
 	least := r.leastLoaded(tried, true)
 	if least == nil {
 		least = r.leastLoaded(tried, false)
 	}
-	if least.tryAcquire() {
+	if least.slots.tryAcquire() {
 		return least, nil
 	}
-	if err := least.acquire(ctx); err != nil {
+	if err := least.slots.acquire(ctx); err != nil {
 		return nil, err
 	}
 	return least, nil

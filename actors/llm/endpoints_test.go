@@ -42,7 +42,7 @@ func (r *router) ranked(key string) []*endpoint {
 
 func fill(e *endpoint, n int) {
 	for range n {
-		if !e.tryAcquire() {
+		if !e.slots.tryAcquire() {
 			panic("fill: endpoint full")
 		}
 	}
@@ -142,7 +142,7 @@ func TestPickWaitsForHealthySlot(t *testing.T) {
 		}
 		picked <- e
 	}()
-	up.release()
+	up.slots.release()
 	select {
 	case e := <-picked:
 		if e != up {

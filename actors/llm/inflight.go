@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -220,6 +221,11 @@ func (w *Worker) maxInFlight() int {
 	return adaptiveMax
 }
 
+// noLoadEvery is how many intervals apart a server whose /metrics has no
+// scheduler gauges (vllm.ErrNoLoad) is asked again: it may be restarted
+// with them, but most such servers never will have them.
+const noLoadEvery = 60
+
 // adaptLoop adapts e's in-flight cap every LoadInterval from its server's
 // /metrics until ctx ends. A reading that fails keeps the cap; the first
 // failure after a success is logged.
@@ -230,11 +236,16 @@ func (w *Worker) adaptLoop(ctx context.Context, e *endpoint) {
 	var lastBlocked uint64
 	var lastNanos, lastTokens int64
 	failing := false
+	skip := 0 // intervals left before a server without gauges is asked again
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if skip > 0 {
+			skip--
+			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, w.opts.LoadInterval)
 		load, err := e.client.Load(lctx)
@@ -250,6 +261,9 @@ func (w *Worker) adaptLoop(ctx context.Context, e *endpoint) {
 				w.log.Info("cannot read the model server's load; keeping its in-flight cap", "endpoint", e.url, "err", err)
 			}
 			failing = true
+			if errors.Is(err, vllm.ErrNoLoad) {
+				skip = noLoadEvery - 1
+			}
 			continue
 		}
 		failing = false

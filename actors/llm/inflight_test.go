@@ -228,6 +228,8 @@ func TestAdaptiveInFlight(t *testing.T) {
 	if err := toy.Pause(ctx, "wait"); err != nil {
 		t.Fatal(err)
 	}
+	// Held generations are let go however the test ends.
+	defer func() { _ = toy.Resume(context.Background()) }()
 	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
 		if c := capNow(); c >= risen {
 			return fmt.Errorf("cap %d with the server paused, had risen to %d", c, risen)

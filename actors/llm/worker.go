@@ -54,7 +54,8 @@ type Options struct {
 	// server's load: it starts at 64 and follows what the server's /metrics
 	// reports (requests running and waiting, KV-cache usage) and its time
 	// per generated token, so that the server stays busy without a deep
-	// queue; a server without /metrics keeps the bound it has.
+	// queue; a server without /metrics keeps the bound it has (and is asked
+	// again only every 60 intervals).
 	MaxInFlight int
 	// LoadInterval is how often an adaptive bound reads its server's
 	// /metrics (default 500ms).
@@ -638,7 +639,7 @@ func (w *Worker) withEndpoint(ctx context.Context, key string, call func(context
 		cctx, cancel := context.WithTimeout(ctx, w.opts.CallTimeout)
 		err = call(cctx, e)
 		cancel()
-		e.release()
+		e.slots.release()
 		if err == nil {
 			return last, nil
 		}
