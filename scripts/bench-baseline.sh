@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures rollfleet side by side with an OpenRLHF-style Python asyncio agent
 # loop (bench/baseline/agent_loop.py: one coroutine per episode, a semaphore,
-# one aiohttp session, the same requests), both playing GuessTheNumber
+# one aiohttp session, the same completion requests), both playing GuessTheNumber
 # against one stand-in model server (`rollout toyllm`) in its own process.
 # The runs alternate rollfleet, Python, rollfleet, Python, ... in one
 # invocation; each reports turns/s, CPU per turn of its own process and of

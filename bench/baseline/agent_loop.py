@@ -9,10 +9,12 @@ Each episode tokenizes its first prompt (the game's instructions as the
 first user turn of the chat template) with /tokenize, then each turn asks
 /v1/completions for a generation from the token ids so far, steps the game
 with the action text, tokenizes only the feedback text with /tokenize, and
-appends action and feedback tokens. The requests, sampling settings, game
-rules and strings, feedback text and stop conditions are rollfleet's
-(`rollout run --env game:GuessTheNumber-v0` with its defaults), and each
-episode is written as one JSON line with OpenRLHF's trajectory fields.
+appends action and feedback tokens. The completion requests, sampling
+settings, game rules and strings, feedback text and stop conditions are
+rollfleet's (`rollout run --env game:GuessTheNumber-v0` with its defaults;
+rollfleet also keeps the tokens of feedback texts it has seen, so it sends
+fewer /tokenize requests), and each episode is written as one JSON line
+with OpenRLHF's trajectory fields.
 
 Standard library plus aiohttp (Debian: python3-aiohttp).
 """
