@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/internal/lograte"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/tracing"
 )
@@ -177,21 +178,19 @@ type Collector struct {
 	// estimated size.
 	groupOrder *list.List
 	groupBytes int64
-	groupWarn  every
-	// settleWarn limits the log of failed outcomes; settleFails counts them
-	// between two lines (consume goroutine only).
-	settleWarn  every
-	settleFails int
+	groupWarn  lograte.Every
+	// settleWarn limits the log of failed outcomes.
+	settleWarn lograte.Every
 	// halt closes when Run's context ends: retries that could wait forever
 	// (a group the stream keeps refusing) give up then.
 	halt <-chan struct{}
 	// decisions is the stream of episodes' decisions, set by Run.
 	decisions jetstream.Stream
-	purgeWarn every
+	purgeWarn lograte.Every
 	// deletes carries decided steps' sequences to deleteLoop; deleteWarn
 	// limits the log of failed deletes.
 	deletes    chan uint64
-	deleteWarn every
+	deleteWarn lograte.Every
 	// full follows the output streams that refuse records for being full.
 	full fullStreams
 
@@ -209,9 +208,10 @@ func New(js jetstream.JetStream, opts Options) *Collector {
 		// Only a shortcut: the decisions stream recognises older ones.
 		finished:   newRecent(1 << 16),
 		groups:     make(map[string]*group),
-		purgeWarn:  every{interval: time.Minute},
-		deleteWarn: every{interval: time.Minute},
-		groupWarn:  every{interval: time.Minute},
+		purgeWarn:  lograte.Every{Interval: time.Minute},
+		deleteWarn: lograte.Every{Interval: time.Minute},
+		settleWarn: lograte.Every{Interval: time.Minute},
+		groupWarn:  lograte.Every{Interval: time.Minute},
 		groupOrder: list.New(),
 		deletes:    make(chan uint64, 1<<14),
 	}
@@ -408,8 +408,8 @@ func (c *Collector) compactLoop(ctx context.Context) {
 func (c *Collector) compactSteps(ctx context.Context, compacted uint64) uint64 {
 	last, err := bus.CompactIfEmpty(ctx, c.steps, compacted)
 	if err != nil {
-		if c.purgeWarn.allow(time.Now()) {
-			c.log.Warn("reclaiming the empty steps stream's disk failed", "err", err)
+		if ok, n := c.purgeWarn.Allow(time.Now()); ok {
+			c.log.Warn("reclaiming the empty steps stream's disk failed", "err", err, "unlogged_failures", n)
 		}
 		return compacted
 	}
@@ -624,10 +624,8 @@ func (c *Collector) settle(m jetstream.Msg, err error, term bool) {
 	case err != nil:
 		// Every terminal step fails alike while a stream refuses outcomes:
 		// one line a minute, with how many failed since, not one per step.
-		c.settleFails++
-		if c.settleWarn.allow(time.Now()) {
-			c.log.Error("recording outcome failed; will retry on redelivery", "subject", m.Subject(), "failures_since_last_line", c.settleFails, "err", err)
-			c.settleFails = 0
+		if ok, n := c.settleWarn.Allow(time.Now()); ok {
+			c.log.Error("recording outcome failed; will retry on redelivery", "subject", m.Subject(), "failures_since_last_line", n+1, "err", err)
 		}
 		_ = m.NakWithDelay(time.Second)
 	case term:
@@ -718,8 +716,8 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 // than risk that.
 func (c *Collector) ackAndPurge(ctx context.Context, m jetstream.Msg, run, id string, steps []uint64) {
 	if err := bus.Retry(ctx, m.DoubleAck); err != nil {
-		if c.purgeWarn.allow(time.Now()) {
-			c.log.Warn("acknowledging a decided episode's step failed; its steps stay until their max age", "episode", id, "err", err)
+		if ok, n := c.purgeWarn.Allow(time.Now()); ok {
+			c.log.Warn("acknowledging a decided episode's step failed; its steps stay until their max age", "episode", id, "err", err, "unlogged_failures", n)
 		}
 		return
 	}
@@ -761,8 +759,11 @@ func (c *Collector) deleteLoop(ctx context.Context) {
 			continue // stopping: left to the max age
 		}
 		err := bus.Retry(ctx, func(ctx context.Context) error { return c.steps.DeleteMsg(ctx, seq) })
-		if err != nil && !deletedAlready(err) && c.deleteWarn.allow(time.Now()) {
-			c.log.Warn("deleting a decided episode's step failed; it stays until its max age", "seq", seq, "err", err)
+		if err == nil || deletedAlready(err) {
+			continue
+		}
+		if ok, n := c.deleteWarn.Allow(time.Now()); ok {
+			c.log.Warn("deleting a decided episode's step failed; it stays until its max age", "seq", seq, "err", err, "unlogged_failures", n)
 		}
 	}
 }
@@ -846,27 +847,12 @@ func (c *Collector) purge(ctx context.Context, run, id string) {
 	err := bus.Retry(ctx, func(ctx context.Context) error {
 		return c.steps.Purge(ctx, jetstream.WithPurgeSubject(c.opts.Subjects.Steps(run, id)))
 	})
-	if err != nil && c.purgeWarn.allow(time.Now()) {
-		c.log.Warn("purging a decided episode's steps failed; they stay until their max age", "episode", id, "err", err)
+	if err == nil {
+		return
 	}
-}
-
-// every lets one event through per interval: one log line, not a storm,
-// when the same failure repeats for every episode.
-type every struct {
-	interval time.Duration
-	mu       sync.Mutex
-	last     time.Time
-}
-
-func (e *every) allow(now time.Time) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.last.IsZero() && now.Sub(e.last) < e.interval {
-		return false
+	if ok, n := c.purgeWarn.Allow(time.Now()); ok {
+		c.log.Warn("purging a decided episode's steps failed; they stay until their max age", "episode", id, "err", err, "unlogged_failures", n)
 	}
-	e.last = now
-	return true
 }
 
 // getStep reads the first stored step on subject at or after seq, riding
@@ -958,9 +944,9 @@ func (c *Collector) evictGroups() {
 		delete(c.groups, g.id)
 		c.groupBytes -= g.bytes
 		c.count(func(s *Stats) { s.GroupsEvicted++ })
-		if c.groupWarn.allow(time.Now()) {
+		if ok, n := c.groupWarn.Allow(time.Now()); ok {
 			c.log.Warn("unfinished group dropped to bound memory; its trajectories are published", "group", g.id,
-				"have", int32(len(g.trajs))+g.failed, "of", g.size)
+				"have", int32(len(g.trajs))+g.failed, "of", g.size, "unlogged", n)
 		}
 	}
 }
@@ -1034,8 +1020,10 @@ func (c *Collector) publishGroup(ctx context.Context, grp *messages.Group) error
 		if err == nil || errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 			return err
 		}
-		if !c.full.refused(kindGroup, err, delay) && c.groupWarn.allow(time.Now()) {
-			c.log.Warn("groups stream refuses a group (full, with no consumer reading?); retrying", "group", grp.GroupID, "retry_in", delay, "err", err)
+		if !c.full.refused(kindGroup, err, delay) {
+			if ok, n := c.groupWarn.Allow(time.Now()); ok {
+				c.log.Warn("groups stream refuses a group (full, with no consumer reading?); retrying", "group", grp.GroupID, "retry_in", delay, "err", err, "unlogged", n)
+			}
 		}
 		t := time.NewTimer(delay)
 		select {

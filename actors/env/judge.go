@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -223,7 +224,9 @@ func (e *episode) judge(ctx context.Context, res envs.StepResult) (envs.StepResu
 		return res, fmt.Errorf("judge turn %d: %w", e.turn, err)
 	}
 	if v.Error != "" {
-		e.log.Warn("judge failed; the answer keeps the grader's reward", "turn", e.turn, "err", v.Error)
+		if ok, n := e.w.judgeWarn.Allow(time.Now()); ok {
+			e.log.Warn("judge failed; the answer keeps the grader's reward", "turn", e.turn, "err", v.Error, "unlogged_failures", n)
+		}
 	}
 	return j.Judge(v), nil
 }

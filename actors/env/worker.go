@@ -23,6 +23,7 @@ import (
 
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/control"
+	"github.com/rollfleet/rollfleet/internal/lograte"
 	"github.com/rollfleet/rollfleet/internal/tokcache"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/remoteenv"
@@ -204,7 +205,10 @@ type Worker struct {
 	storeWaiting atomic.Int64
 	storeWaits   atomic.Uint64
 	storeState   storeState
-	handBacks    handBacks
+	// judgeWarn paces the log of failed judge asks: during a judge outage
+	// every judged episode fails alike.
+	judgeWarn lograte.Every
+	handBacks handBacks
 	// tokens caches the tokenizations of short plain texts (episode.tokenize).
 	tokens tokcache.Cache
 
@@ -226,7 +230,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts Options) (*Worker, error) {
 	if transport == nil {
 		transport = http.DefaultTransport
 	}
-	return &Worker{nc: nc, js: js, opts: opts, log: opts.Logger.With("actor", "env"), remote: remote, transport: transport}, nil
+	return &Worker{nc: nc, js: js, opts: opts, log: opts.Logger.With("actor", "env"), remote: remote, transport: transport,
+		judgeWarn: lograte.Every{Interval: time.Minute}}, nil
 }
 
 // Stats returns a snapshot of the counters.
