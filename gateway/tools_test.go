@@ -67,7 +67,7 @@ func TestToolAndReasoningRequests(t *testing.T) {
 		{"bad tool_calls", f, map[string]any{"messages": []map[string]any{{"role": "assistant", "content": "x", "tool_calls": []any{map[string]any{"type": "function"}}}}}, 400, "tool_calls[0]"},
 		{"reasoning fields differ", f, map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "reasoning": "a", "reasoning_content": "b"}}}, 400, "differ"},
 		{"unknown reasoning_effort", f, map[string]any{"reasoning_effort": "extreme"}, 400, "reasoning_effort"},
-		{"reasoning_effort passed to the template", f, map[string]any{"reasoning_effort": "low"}, 200, ""},
+		{"reasoning_effort accepted", f, map[string]any{"reasoning_effort": "low"}, 200, ""},
 		{"auto without a parser", none, map[string]any{"tools": tools}, 400, "tool-call parser"},
 		{"tool_choice none without a parser", none, map[string]any{"tools": tools, "tool_choice": "none"}, 200, "<tool_call>"},
 		{"tool_choice none with a parser", f, map[string]any{"tools": tools, "tool_choice": "none"}, 200, "<tool_call>"},
@@ -97,6 +97,29 @@ func TestToolAndReasoningRequests(t *testing.T) {
 		}
 		if m := out.Choices[0].Message; !strings.Contains(m.Content, tc.want) || len(m.ToolCalls) != 0 {
 			t.Errorf("%s: content %q, tool calls %v", tc.name, m.Content, m.ToolCalls)
+		}
+	}
+}
+
+// TestTemplateKwargsWithEffort checks that reasoning_effort reaches the chat template as
+// its variable, unless chat_template_kwargs sets it.
+func TestTemplateKwargsWithEffort(t *testing.T) {
+	low := "low"
+	for _, tc := range []struct {
+		name   string
+		kwargs string
+		effort *string
+		want   string
+	}{
+		{"no effort", `{"enable_thinking":false}`, nil, `{"enable_thinking":false}`},
+		{"effort added", "", &low, `{"reasoning_effort":"low"}`},
+		{"effort beside kwargs", `{"enable_thinking":true}`, &low, `{"enable_thinking":true,"reasoning_effort":"low"}`},
+		{"kwargs win", `{"reasoning_effort":"high"}`, &low, `{"reasoning_effort":"high"}`},
+	} {
+		r := chatRequest{ChatTemplateKwargs: json.RawMessage(tc.kwargs), ReasoningEffort: tc.effort}
+		got, err := r.templateKwargsWithEffort()
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: %s, %v; want %s", tc.name, got, err, tc.want)
 		}
 	}
 }
@@ -175,14 +198,13 @@ func TestResponsesToolEpisode(t *testing.T) {
 // counts them, and ended ones leave the prefix index.
 func TestIdlessSessionBounds(t *testing.T) {
 	f := newFixture(t, fixtureOptions{gateway: Options{MaxSessions: 2}})
-	call := func(q string, status int) *response {
-		return f.must(t, status, http.MethodPost, "/v1/chat/completions", map[string]string{"Authorization": "Bearer k1"},
+	callAs := func(key, q string, status int) *response {
+		return f.must(t, status, http.MethodPost, "/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key},
 			map[string]any{"messages": []map[string]any{{"role": "user", "content": q}}, "max_tokens": 16, "metadata": map[string]any{"q": q}})
 	}
+	call := func(q string, status int) *response { return callAs("k1", q, status) }
 	a, b := call("one", 200), call("two", 200)
 	call("three", http.StatusTooManyRequests)
-	// Another API key is another scope: the same prompt opens a session of its own, once
-	// there is room.
 	f.must(t, http.StatusOK, http.MethodPost, "/v1/sessions/finish", nil, map[string]any{"metadata": map[string]any{"q": "one"}, "reward": 0})
 	f.must(t, http.StatusOK, http.MethodDelete, "/v1/sessions/"+b.header.Get(HeaderSessionID), nil, nil)
 	if a.header.Get(HeaderSessionID) == b.header.Get(HeaderSessionID) {
@@ -194,6 +216,15 @@ func TestIdlessSessionBounds(t *testing.T) {
 	st.mu.Unlock()
 	if n != 0 || scopes != 0 {
 		t.Errorf("%d sessions and %d scopes left after both ended", n, scopes)
+	}
+	// Another API key is another scope: the same prompt opens a session of
+	// its own beside the first key's.
+	k1, k2 := callAs("k1", "one", 200), callAs("k2", "one", 200)
+	if id1, id2 := k1.header.Get(HeaderSessionID), k2.header.Get(HeaderSessionID); id1 == "" || id1 == id2 {
+		t.Fatalf("the same prompt under two keys: sessions %q and %q, want two", id1, id2)
+	}
+	for _, r := range []*response{k1, k2} {
+		f.must(t, http.StatusOK, http.MethodDelete, "/v1/sessions/"+r.header.Get(HeaderSessionID), nil, nil)
 	}
 	// An idle session without an id expires as a failure, like any other.
 	c := call("four", 200)
