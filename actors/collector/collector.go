@@ -138,6 +138,10 @@ type Stats struct {
 	// Compactions counts the times the emptied steps stream's disk was
 	// reclaimed (see Options.CompactInterval).
 	Compactions uint64
+	// StepsDeleted counts decided steps removed one by one by sequence (an
+	// episode's first run, held whole); Purges the decided episodes whose
+	// steps were purged by subject instead.
+	StepsDeleted, Purges uint64
 	// FullStreams names the output kinds ("failure", "group",
 	// "trajectory") whose stream refuses records now for being full, with
 	// no consumer reading; their outcomes wait, nothing is dropped.
@@ -759,6 +763,9 @@ func (c *Collector) deleteLoop(ctx context.Context) {
 			continue // stopping: left to the max age
 		}
 		err := bus.Retry(ctx, func(ctx context.Context) error { return c.steps.DeleteMsg(ctx, seq) })
+		if err == nil {
+			c.count(func(s *Stats) { s.StepsDeleted++ })
+		}
 		if err == nil || deletedAlready(err) {
 			continue
 		}
@@ -848,6 +855,7 @@ func (c *Collector) purge(ctx context.Context, run, id string) {
 		return c.steps.Purge(ctx, jetstream.WithPurgeSubject(c.opts.Subjects.Steps(run, id)))
 	})
 	if err == nil {
+		c.count(func(s *Stats) { s.Purges++ })
 		return
 	}
 	if ok, n := c.purgeWarn.Allow(time.Now()); ok {

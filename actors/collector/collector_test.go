@@ -698,6 +698,46 @@ func TestRecentIsBounded(t *testing.T) {
 // TestLatestAttemptWins: an episode delivered again starts over, and its
 // steps carry the new attempt. Whatever the first run stored, however far
 // it got, the trajectory is built from one run only.
+// TestDeletesFirstRunsPurgesOthers: a decided episode's first run, held
+// whole, has its steps deleted one by one by sequence; a run that is not
+// the episode's first (a redelivery, whose earlier steps may have gone to
+// another collector) has the episode's steps purged by subject. Either way
+// the steps stream ends empty.
+func TestDeletesFirstRunsPurgesOthers(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{}, bus.StreamOptions{})
+	c := f.start(t, Options{})
+	empty := func(want Stats) {
+		t.Helper()
+		bustest.CheckFor(t, waitTimeout, 5*time.Millisecond, func() error {
+			st, err := f.js.Stream(context.Background(), f.subj.StreamSteps())
+			if err != nil {
+				return err
+			}
+			got := c.Stats()
+			if n := st.CachedInfo().State.Msgs; n != 0 || got.StepsDeleted != want.StepsDeleted || got.Purges != want.Purges {
+				return fmt.Errorf("%d steps stored, %d deleted, %d purges; want 0, %d, %d", n, got.StepsDeleted, got.Purges, want.StepsDeleted, want.Purges)
+			}
+			return nil
+		})
+	}
+	first, _ := threeTurns()
+	for _, ev := range first {
+		f.publish(t, ev)
+	}
+	empty(Stats{StepsDeleted: 3})
+
+	again, _ := threeTurns()
+	for _, ev := range again {
+		ev.EpisodeID = "ep-2"
+		ev.Attempt = 2
+		if ev.Episode != nil {
+			ev.Episode.EpisodeID, ev.Episode.GroupID = "ep-2", "grp-2"
+		}
+		f.publish(t, ev)
+	}
+	empty(Stats{StepsDeleted: 3, Purges: 1})
+}
+
 // TestFirstFinishedAttemptWins: runs of one episode are assembled apart and
 // never spliced; the first to finish is the episode's outcome, whichever
 // attempt it is.
