@@ -101,21 +101,14 @@ func AppendRecord(b []byte, r *Record) []byte {
 	b = r.appendResponse(b)
 	key("reward")
 	b = appendFloat(b, r.Reward)
-	if r.JudgeFailure != "" {
-		key("mask_sample")
-		b = append(b, "true"...)
-		key("failure_kind")
-		b = appendString(b, "judge_failed")
-		key("failure_reason")
-		b = appendString(b, r.JudgeFailure)
-	} else {
-		key("mask_sample")
-		b = append(b, "false"...)
-		key("failure_kind")
-		b = append(b, "null"...)
-		key("failure_reason")
-		b = append(b, "null"...)
-	}
+	// A failed judge masks the sample, as NeMo Gym's judge_failsafe does.
+	failed := r.JudgeFailure != ""
+	key("mask_sample")
+	b = strconv.AppendBool(b, failed)
+	key("failure_kind")
+	b = appendStringOrNull(b, "judge_failed", failed)
+	key("failure_reason")
+	b = appendStringOrNull(b, r.JudgeFailure, failed)
 	if r.Math {
 		key("expected_answer")
 		b = appendString(b, r.ExpectedAnswer)
@@ -321,6 +314,14 @@ func appendFloat32(b []byte, f float32) []byte {
 // appendString quotes s as orjson does: UTF-8 as it is, the short escapes
 // for quote, backslash and \b \f \n \r \t, \u00XX for other control
 // characters; invalid UTF-8 becomes U+FFFD.
+// appendStringOrNull appends s as a JSON string when set, else null.
+func appendStringOrNull(b []byte, s string, set bool) []byte {
+	if !set {
+		return append(b, "null"...)
+	}
+	return appendString(b, s)
+}
+
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); {

@@ -88,7 +88,7 @@ func roundedEqual(a, b value) bool {
 	if a.kind == kInf || b.kind == kInf {
 		return equalValues(a, b)
 	}
-	return roundHalfEven(a.rat(), Precision).Cmp(roundHalfEven(b.rat(), Precision)) == 0
+	return roundHalfEven(a.rat()).Cmp(roundHalfEven(b.rat())) == 0
 }
 
 // rat is v as an exact rational (a float64 exactly as it is stored).
@@ -99,17 +99,19 @@ func (v value) rat() *big.Rat {
 	return new(big.Rat).SetFloat64(v.f) // finite: floatVal refuses the rest
 }
 
-// roundHalfEven rounds r to places decimal places, ties to the even last
+// precisionScale is 10^Precision, the denominator of a rounded value.
+var precisionScale = new(big.Int).Exp(big.NewInt(10), big.NewInt(Precision), nil)
+
+// roundHalfEven rounds r to Precision decimal places, ties to the even last
 // digit.
-func roundHalfEven(r *big.Rat, places int) *big.Rat {
-	scale := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(places)), nil)
-	num := new(big.Int).Mul(r.Num(), scale)
+func roundHalfEven(r *big.Rat) *big.Rat {
+	num := new(big.Int).Mul(r.Num(), precisionScale)
 	q, m := new(big.Int).QuoRem(num, r.Denom(), new(big.Int)) // q toward zero
 	m.Lsh(m.Abs(m), 1)
 	if c := m.Cmp(r.Denom()); c > 0 || c == 0 && q.Bit(0) == 1 {
 		q.Add(q, big.NewInt(int64(num.Sign())))
 	}
-	return new(big.Rat).SetFrac(q, scale)
+	return new(big.Rat).SetFrac(q, precisionScale)
 }
 
 // isDecimal reports whether n is a decimal literal, negated or not: what
