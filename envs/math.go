@@ -119,9 +119,7 @@ func (m *mathEnv) Step(action string) StepResult {
 	m.s.Extracted, m.s.Reward, m.s.Library = g.Extracted, g.Reward, g.Reward
 	m.s.Boxed, m.s.Evaluations, m.s.JudgeError = "", "", ""
 	if m.s.Judge && g.Reward == 0 {
-		if box, ok := mathgrade.LastBoxRaw(action); ok && strings.TrimSpace(box) != "" {
-			m.s.Boxed = box
-		}
+		m.s.Boxed, _ = mathgrade.CommittedBox(action)
 	}
 	return m.result()
 }

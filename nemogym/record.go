@@ -311,9 +311,6 @@ func appendFloat32(b []byte, f float32) []byte {
 	return append(b, ".0"...)
 }
 
-// appendString quotes s as orjson does: UTF-8 as it is, the short escapes
-// for quote, backslash and \b \f \n \r \t, \u00XX for other control
-// characters; invalid UTF-8 becomes U+FFFD.
 // appendStringOrNull appends s as a JSON string when set, else null.
 func appendStringOrNull(b []byte, s string, set bool) []byte {
 	if !set {
@@ -322,6 +319,9 @@ func appendStringOrNull(b []byte, s string, set bool) []byte {
 	return appendString(b, s)
 }
 
+// appendString quotes s as orjson does: UTF-8 as it is, the short escapes
+// for quote, backslash and \b \f \n \r \t, \u00XX for other control
+// characters; invalid UTF-8 becomes U+FFFD.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); {

@@ -106,7 +106,7 @@ func (o Options) Grade(response, expected string) Result {
 // [ErrNoAnswer] when there is no such box and [ErrTooLong], with the answer,
 // when the answer is over [MaxAnswerLen] and would not be compared.
 func Extract(response string) (string, error) {
-	if !hasBoxedGate(response) {
+	if _, ok := CommittedBox(response); !ok {
 		return "", ErrNoAnswer
 	}
 	a, ok := ExtractAnswer(response)
@@ -119,11 +119,15 @@ func Extract(response string) (string, error) {
 	return a.Text, nil
 }
 
-// hasBoxedGate reports whether the last "\boxed{" of the response closes and
-// holds something other than white space (see LastBoxRaw).
-func hasBoxedGate(s string) bool {
+// CommittedBox returns the exact content of the response's last complete
+// \boxed{…} when it is not blank: NeMo Gym's gate both for grading a
+// response at all and for asking the judge about it.
+func CommittedBox(s string) (string, bool) {
 	box, ok := LastBoxRaw(s)
-	return ok && strings.TrimSpace(box) != ""
+	if !ok || strings.TrimSpace(box) == "" {
+		return "", false
+	}
+	return box, true
 }
 
 // LastBoxRaw is NeMo Gym's _extract_last_boxed_answer: the exact content of
