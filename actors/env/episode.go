@@ -446,7 +446,7 @@ func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) e
 		treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "user", Content: obs})
 		treq.AddGenerationPrompt = true
 	}
-	toks, err := e.tokenize(ctx, treq)
+	toks, err := e.tokenize(ctx, treq, true)
 	if err != nil {
 		return err
 	}
@@ -487,7 +487,7 @@ func (e *episode) singleTurnPrompt(ctx context.Context) error {
 		}}
 		treq = t.render(t.content)
 	}
-	toks, err := e.tokenize(ctx, treq)
+	toks, err := e.tokenize(ctx, treq, len(e.history) <= 1)
 	if err != nil {
 		return err
 	}
@@ -596,7 +596,7 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 			feedback, ftoks = "", messages.Tokens{}
 		default:
 			feedback = chat.FeedbackClosed(rep.EndOfTurn, res.Observation, suffix, done)
-			if ftoks, err = e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: feedback}); err != nil {
+			if ftoks, err = e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: feedback}, true); err != nil {
 				return nil, err
 			}
 		}
@@ -653,14 +653,16 @@ func (e *episode) turnTimings(turn int32) messages.TurnTimings {
 	return t
 }
 
-// tokenize tokenizes through the LLM workers, or from the worker's cache
-// for a short plain text (feedback, mostly): the fleet serves one model,
-// whose tokenizer is a pure function of the text, and feedback repeats, so
-// most feedback turns cross NATS only to generate. The returned slice may
-// be shared: its capacity is its length, so an append copies it.
-func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest) ([]int32, error) {
+// tokenize tokenizes through the LLM workers, or, with cache, from the
+// worker's cache for a short plain text: the fleet serves one model, whose
+// tokenizer is a pure function of the text, and feedback and first prompts
+// repeat, so most feedback turns cross NATS only to generate. Texts made
+// once (a later turn's single-turn history prompt, a trimming probe) are
+// not cached, so they do not push out those that repeat. The returned
+// slice may be shared: its capacity is its length, so an append copies it.
+func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest, cache bool) ([]int32, error) {
 	t0 := time.Now()
-	cacheable := len(treq.Messages) == 0 && tokcache.Cacheable(treq.Text)
+	cacheable := cache && len(treq.Messages) == 0 && tokcache.Cacheable(treq.Text)
 	key := tokcache.Key{Text: treq.Text, Special: treq.AddSpecialTokens}
 	if cacheable {
 		if ids, ok := e.w.tokens.Get(key); ok {

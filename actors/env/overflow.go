@@ -56,7 +56,7 @@ func (e *episode) fitPrompt(ctx context.Context, toks []int32, t *templated) ([]
 	if t == nil {
 		return toks[len(toks)-keep:], int32(len(toks) - keep), nil
 	}
-	tokenize := func(content []string) ([]int32, error) { return e.tokenize(ctx, t.render(content)) }
+	tokenize := func(content []string) ([]int32, error) { return e.tokenize(ctx, t.render(content), false) }
 	bare, err := tokenize(make([]string, len(t.content)))
 	if err != nil {
 		return nil, 0, err
