@@ -73,33 +73,23 @@ func (l *tokenIDStrings) UnmarshalJSON(data []byte) error {
 }
 
 // parseTokenIDStrings parses a JSON array of "token_id:<id>" strings.
-// Splitting on commas is exact for such an array, and a string holding a
-// comma or an escape fails the element check before any later fragment is
-// read.
 func parseTokenIDStrings(data []byte) ([]int32, error) {
-	b := trimSpace(data)
-	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
-		return nil, errors.New("logprobs.tokens: not an array")
-	}
-	b = trimSpace(b[1 : len(b)-1])
-	ids := make([]int32, 0, countElements(b))
-	for i := 0; len(b) > 0; i++ {
-		e, rest, more := bytes.Cut(b, []byte{','})
-		e = trimSpace(e)
-		if len(e) < 2 || e[0] != '"' || e[len(e)-1] != '"' || bytes.ContainsAny(e[1:len(e)-1], `"\\`) {
-			return nil, fmt.Errorf("logprobs.tokens[%d]: %.40q is not a plain string", i, e)
-		}
+	ids := make([]int32, 0, countElements(data))
+	err := eachElement(data, isPlainString, "plain string", func(e []byte) error {
 		id, err := parseTokenID(e[1 : len(e)-1])
-		if err != nil {
-			return nil, fmt.Errorf("logprobs.tokens[%d]: %w", i, err)
-		}
 		ids = append(ids, id)
-		if !more {
-			break
-		}
-		b = rest
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("logprobs.tokens: %w", err)
 	}
 	return ids, nil
+}
+
+// isPlainString reports whether e is a JSON string without escapes (and so
+// without a comma that splitting could have cut).
+func isPlainString(e []byte) bool {
+	return len(e) >= 2 && e[0] == '"' && e[len(e)-1] == '"' && !bytes.ContainsAny(e[1:len(e)-1], `"\`)
 }
 
 // logprobList is a JSON array of logprobs; set is false when the field is
@@ -189,12 +179,18 @@ func countElements(data []byte) int {
 }
 
 // eachNumber calls fn with each element of data, which must be a JSON array
-// whose elements are all numbers. Splitting on commas is exact for such an
-// array, and safe for any other JSON the decoder hands over: an element
-// that is not a number (null, a string, a nested value) yields a first
-// fragment that is not number text, and is rejected before any later
-// fragment is looked at.
+// whose elements are all numbers.
 func eachNumber(data []byte, fn func(e []byte) error) error {
+	return eachElement(data, isNumberText, "number", fn)
+}
+
+// eachElement calls fn with each element of data, which must be a JSON
+// array whose elements all pass is (numbers, plain strings: values without
+// a comma inside). Splitting on commas is exact for such an array, and safe
+// for any other JSON the decoder hands over: an element of another kind
+// (null, an escaped string, a nested value) yields a first fragment that
+// fails is, and is rejected before any later fragment is looked at.
+func eachElement(data []byte, is func([]byte) bool, kind string, fn func(e []byte) error) error {
 	b := trimSpace(data)
 	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
 		return errors.New("not an array")
@@ -206,8 +202,8 @@ func eachNumber(data []byte, fn func(e []byte) error) error {
 	for i := 0; ; i++ {
 		e, rest, more := bytes.Cut(b, []byte{','})
 		e = trimSpace(e)
-		if !isNumberText(e) {
-			return fmt.Errorf("element %d is %.40q, not a number", i, e)
+		if !is(e) {
+			return fmt.Errorf("element %d is %.40q, not a %s", i, e, kind)
 		}
 		if err := fn(e); err != nil {
 			return fmt.Errorf("element %d: %w", i, err)
