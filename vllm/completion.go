@@ -2,9 +2,9 @@ package vllm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	gojson "github.com/goccy/go-json"
 	"math"
 	"strconv"
 	"time"
@@ -198,7 +198,7 @@ type completionChoice struct {
 // decodeCompletion parses and checks a completion response body.
 func decodeCompletion(data []byte) (Completion, error) {
 	var r completionResponse
-	if err := gojson.Unmarshal(data, &r); err != nil {
+	if err := json.Unmarshal(data, &r); err != nil {
 		return Completion{}, fmt.Errorf("%w: %w", ErrBadResponse, err)
 	}
 	if len(r.Choices) != 1 {
