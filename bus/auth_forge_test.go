@@ -105,7 +105,7 @@ func TestAuthConfForgedAcks(t *testing.T) {
 	// Steps in flight at the collector, and at a second consumer of the
 	// steps stream (the admin's).
 	for i := range n {
-		if err := bus.Publish(ctx, envJS, subj.Steps("run-1", "e0"), []byte("step"), fmt.Sprintf("e0/%d", i)); err != nil {
+		if err := bus.Publish(ctx, envJS, subj.Steps("run-1", "g", "e0"), []byte("step"), fmt.Sprintf("e0/%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -266,7 +266,7 @@ func TestAuthConfConsumerForgery(t *testing.T) {
 	url, adminJS := startAuthStreams(t, ctx, subj)
 	// One stored message in every stream.
 	for _, s := range []string{
-		subj.Episodes("run-1", "game:GuessTheNumber-v0"), subj.Steps("run-1", "e0"), subj.Trajectories("run-1", "game:GuessTheNumber-v0"),
+		subj.Episodes("run-1", "game:GuessTheNumber-v0"), subj.Steps("run-1", "g", "e0"), subj.Trajectories("run-1", "game:GuessTheNumber-v0"),
 		subj.Groups("run-1", "game:GuessTheNumber-v0"), subj.Failures("run-1", messages.FailureEpisode),
 	} {
 		if err := bus.Publish(ctx, adminJS, s, []byte("stored"), "m"); err != nil {

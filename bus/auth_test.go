@@ -302,7 +302,7 @@ func TestAuthConfRoles(t *testing.T) {
 			t.Errorf("envworker: %s replied %q", s, rep.Data)
 		}
 	}
-	if err := bus.Publish(ctx, env, subj.Steps("run-1", "e1"), []byte("step 0"), messages.StepMsgID("e1", "r1", 0)); err != nil {
+	if err := bus.Publish(ctx, env, subj.Steps("run-1", "g", "e1"), []byte("step 0"), messages.StepMsgID("e1", "r1", 0)); err != nil {
 		t.Fatalf("envworker: publish step: %v", err)
 	}
 	// A request it cannot decode names no run.
@@ -314,7 +314,7 @@ func TestAuthConfRoles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envworker: steps stream: %v", err)
 	}
-	if raw, err := envSteps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("run-1", "e1"))); err != nil || string(raw.Data) != "step 0" {
+	if raw, err := envSteps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("run-1", "g", "e1"))); err != nil || string(raw.Data) != "step 0" {
 		t.Fatalf("envworker: read stored steps: %v", err)
 	}
 	// … unless the collector decided it.
@@ -355,7 +355,7 @@ func TestAuthConfRoles(t *testing.T) {
 		t.Fatal("collector: no step delivered")
 	}
 	cc.Stop()
-	raw, err := steps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("run-1", "e1")))
+	raw, err := steps.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj.Steps("run-1", "g", "e1")))
 	if err != nil || string(raw.Data) != "step 0" {
 		t.Fatalf("collector: reload: %v, %q", err, raw.Data)
 	}
@@ -379,7 +379,7 @@ func TestAuthConfRoles(t *testing.T) {
 	if _, err := decided.GetLastMsgForSubject(ctx, subj.Decided("r1", "e1")); err != nil {
 		t.Fatalf("collector: read decision: %v", err)
 	}
-	if err := steps.Purge(ctx, jetstream.WithPurgeSubject(subj.Steps("run-1", "e1"))); err != nil {
+	if err := steps.Purge(ctx, jetstream.WithPurgeSubject(subj.Steps("run-1", "g", "e1"))); err != nil {
 		t.Fatalf("collector: purge: %v", err)
 	}
 
@@ -613,15 +613,15 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		{"envworker", subj.Decided("r1", "e1")},
 		{"trainer", subj.Decided("r1", "e1")},
 		{"gateway", subj.Decided("r1", "e1")},
-		{"llmworker", subj.Steps("run-1", "e1")},
+		{"llmworker", subj.Steps("run-1", "g", "e1")},
 		{"llmworker", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
 		{"collector", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
-		{"trainer", subj.Steps("run-1", "e1")},
+		{"trainer", subj.Steps("run-1", "g", "e1")},
 		{"trainer", subj.Trajectories("run-1", "game:GuessTheNumber-v0")},
 		{"trainer", subj.Groups("run-1", "game:GuessTheNumber-v0")},
 		{"trainer", subj.Failures("run-1", messages.FailureEpisode)},
 		{"trainer", subj.Generate()},
-		{"gateway", subj.Steps("run-1", "e1")},
+		{"gateway", subj.Steps("run-1", "g", "e1")},
 		{"gateway", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
 		{"gateway", subj.Groups("run-1", "chat")},
 		{"gateway", subj.Failures("run-1", messages.FailureMalformed)},
@@ -647,7 +647,7 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 
 	t.Run("a refused JetStream publish is never acknowledged", func(t *testing.T) {
 		for role, subject := range map[string]string{
-			"trainer":   subj.Steps("run-1", "e1"),
+			"trainer":   subj.Steps("run-1", "g", "e1"),
 			"envworker": subj.Control(),
 		} {
 			_, js, _ := connectAs(t, url, role)

@@ -47,7 +47,7 @@ func BenchmarkStepIDMemory(b *testing.B) {
 		run, data := nuid.Next(), make([]byte, 64)
 		for i := range steps {
 			ep := fmt.Sprintf("bench0000000-%06d", i/4)
-			if _, err := js.PublishAsync(subj.Steps("bench", ep), data, jetstream.WithMsgID(messages.StepMsgID(ep, run, int32(i%4)))); err != nil {
+			if _, err := js.PublishAsync(subj.Steps("bench", ep, ep), data, jetstream.WithMsgID(messages.StepMsgID(ep, run, int32(i%4)))); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -245,7 +245,7 @@ func TestCompactIfEmpty(t *testing.T) {
 		t.Fatalf("a stream that never stored anything: %d, %v; want 0", last, err)
 	}
 	for i := range 3 {
-		if err := bus.Publish(ctx, js, subj.Steps("run-1", "e1"), []byte("step"), fmt.Sprint("s", i)); err != nil {
+		if err := bus.Publish(ctx, js, subj.Steps("run-1", "g", "e1"), []byte("step"), fmt.Sprint("s", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -261,7 +261,7 @@ func TestCompactIfEmpty(t *testing.T) {
 	if err != nil || last != 3 {
 		t.Fatalf("the emptied stream: %d, %v; want 3", last, err)
 	}
-	if err := bus.Publish(ctx, js, subj.Steps("run-1", "e2"), []byte("kept"), "s3"); err != nil {
+	if err := bus.Publish(ctx, js, subj.Steps("run-1", "g", "e2"), []byte("kept"), "s3"); err != nil {
 		t.Fatal(err)
 	}
 	if again, err := bus.CompactIfEmpty(ctx, st, last); err != nil || again != last {

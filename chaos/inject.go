@@ -126,7 +126,7 @@ func (h *harness) forge(ctx context.Context, id string, st liveEpisode, variant 
 		if err != nil {
 			return detail, err
 		}
-		m := &nats.Msg{Subject: h.subj.Steps(h.runID, id), Data: data, Header: nats.Header{forgedHeader: []string{forgeries[variant]}}}
+		m := &nats.Msg{Subject: h.subj.Steps(h.runID, h.reqs[id].GroupID, id), Data: data, Header: nats.Header{forgedHeader: []string{forgeries[variant]}}}
 		seq, err := h.publish(ctx, m, "", retries)
 		if err != nil {
 			return detail, err

@@ -114,7 +114,7 @@ func (t *tracker) handle(m jetstream.Msg) {
 		t.index.add(s, seq, forged)
 		return
 	}
-	if t.h.reqs[s.EpisodeID] != nil && (s.RunID != t.h.runID || m.Subject() != t.h.subj.Steps(t.h.runID, s.EpisodeID)) {
+	if req := t.h.reqs[s.EpisodeID]; req != nil && (s.RunID != t.h.runID || m.Subject() != t.h.subj.Steps(t.h.runID, req.GroupID, s.EpisodeID)) {
 		t.offRunCount++
 		if len(t.offRun) < maxDetails {
 			t.offRun = append(t.offRun, fmt.Sprintf("steps seq %d of %s, run id %q, on %s", seq, s.EpisodeID, s.RunID, m.Subject()))

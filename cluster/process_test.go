@@ -206,7 +206,7 @@ func TestPublishRidesOutLeaderCrash(t *testing.T) {
 			default:
 			}
 			t0 := time.Now()
-			err := bus.Publish(ctx, js, subj.Steps("", "crash"), []byte(fmt.Sprint(i)), fmt.Sprintf("crash/%d", i))
+			err := bus.Publish(ctx, js, subj.Steps("", "crash", "crash"), []byte(fmt.Sprint(i)), fmt.Sprintf("crash/%d", i))
 			if d := int64(time.Since(t0)); d > slowest.Load() {
 				slowest.Store(d)
 			}

@@ -176,7 +176,7 @@ func TestMalformedMessages(t *testing.T) {
 		{"NaN temperature", gtn, mutated(func(r *messages.EpisodeRequest) { r.Sampling.Temperature = math.NaN() }), "temperature"},
 		{"top_p above 1", gtn, mutated(func(r *messages.EpisodeRequest) { r.Sampling.TopP = 7 }), "top_p"},
 		{"unknown obs style", gtn, mutated(func(r *messages.EpisodeRequest) { r.ObsStyle = "telepathy" }), "obs_style"},
-		{"garbage step", h.subj.Steps("", "nobody"), garbage, "StepEvent"},
+		{"garbage step", h.subj.Steps("", "nobody", "nobody"), garbage, "StepEvent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.publish(t, tc.subject, tc.data)

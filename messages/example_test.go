@@ -49,13 +49,13 @@ func ExampleDecode() {
 func ExampleToken() {
 	s := messages.NewSubjects("rf")
 	fmt.Println(s.Episodes("run-7", "game:GuessTheNumber-v0"))
-	fmt.Println(s.Steps("", "math.gsm8k/17 #2"))
+	fmt.Println(s.Steps("", "math.gsm8k/17", "math.gsm8k/17 #2"))
 	fmt.Println(messages.Token(""))
 	id, _ := messages.ParseToken("math%2Egsm8k/17%20#2")
 	fmt.Println(id)
 	// Output:
 	// rf.episodes.run-7.game:GuessTheNumber-v0
-	// rf.steps.%.math%2Egsm8k/17%20#2
+	// rf.steps.%.10.math%2Egsm8k/17%20#2
 	// %
 	// math.gsm8k/17 #2
 }

@@ -116,7 +116,8 @@ func FuzzParseSubject(f *testing.F) {
 	s := NewSubjects("")
 	for _, seed := range []string{
 		"", "%", "ep-0001", "a%2Eb", "%2", "%2e", "%41", "rf.steps.%.ep", "rf.steps.run-1.ep%201",
-		"rf.steps.r.a.b", "rf.steps.ep", "rf.episodes.r.e", s.Steps("a.b", "c d"),
+		"rf.steps.r.a.b", "rf.steps.ep", "rf.episodes.r.e", s.Steps("a.b", "g", "c d"), "rf.steps.r.07.e",
+		"rf.steps.r.64.e", "rf.steps.r.-1.e", "rf.steps.r.+3.e", "rf.steps.r.3.e.f", "rf.steps.r.3.%",
 	} {
 		f.Add(seed)
 	}
@@ -128,7 +129,7 @@ func FuzzParseSubject(f *testing.F) {
 		} else if id != "" {
 			t.Fatalf("ParseToken(%q) returned both %q and %v", in, id, err)
 		}
-		run, ep, err := s.ParseSteps(in)
+		run, slot, ep, err := s.ParseSteps(in)
 		if err != nil {
 			// The run of a subject whose episode token is bad is still reported (the collector
 			// files its failure record under that run), but never an episode.
@@ -137,8 +138,8 @@ func FuzzParseSubject(f *testing.F) {
 			}
 			return
 		}
-		if got := s.Steps(run, ep); got != in {
-			t.Fatalf("ParseSteps(%q) = %q, %q, whose subject is %q", in, run, ep, got)
+		if got := s.stepsIn(run, slot, ep); got != in || slot < 0 || slot >= StepSlots {
+			t.Fatalf("ParseSteps(%q) = %q, %d, %q, whose subject is %q", in, run, slot, ep, got)
 		}
 	})
 }

@@ -108,25 +108,62 @@ func (s Subjects) TokenizeChat() string { return s.subject("llm", "tokenize_chat
 // ModelInfo is the request/reply subject of ModelInfoRequest.
 func (s Subjects) ModelInfo() string { return s.subject("llm", "info") }
 
-// Steps is the subject of an episode's StepEvents: <prefix>.steps.<Token(run)>.<Token(episode)>.
-func (s Subjects) Steps(run, episode string) string {
-	return s.subject("steps", Token(run)+"."+Token(episode))
+// StepSlots is how many slots the steps subjects spread episodes over. A group's episodes
+// share a slot (StepSlot), so a collector that reads a set of slots (a shard) sees every member
+// of each group it assembles; up to StepSlots collectors can share the steps stream that way.
+const StepSlots = 64
+
+// StepSlot is the slot of a group's steps: the 32-bit FNV-1a hash of the group id modulo
+// StepSlots.
+func StepSlot(group string) int {
+	h := fnv.New32a()
+	h.Write([]byte(group))
+	return int(h.Sum32() % StepSlots)
+}
+
+// Steps is the subject of the StepEvents of an episode of group:
+// <prefix>.steps.<Token(run)>.<StepSlot(group)>.<Token(episode)>.
+func (s Subjects) Steps(run, group, episode string) string {
+	return s.stepsIn(run, StepSlot(group), episode)
+}
+
+func (s Subjects) stepsIn(run string, slot int, episode string) string {
+	return s.subject("steps", Token(run)+"."+strconv.Itoa(slot)+"."+Token(episode))
 }
 
 // StepsAll matches the StepEvents of every episode.
 func (s Subjects) StepsAll() string { return s.subject("steps", ">") }
 
-// ParseSteps returns the run and episode a Steps subject names.
-func (s Subjects) ParseSteps(subject string) (run, episode string, err error) {
+// StepsOfEpisode matches the StepEvents of an episode of run, whatever its group.
+func (s Subjects) StepsOfEpisode(run, episode string) string {
+	return s.subject("steps", Token(run)+".*."+Token(episode))
+}
+
+// StepsOfSlot matches the StepEvents of every episode in slot, of any run.
+func (s Subjects) StepsOfSlot(slot int) string {
+	return s.subject("steps", "*."+strconv.Itoa(slot)+".*")
+}
+
+// ParseSteps returns the run, slot and episode a Steps subject names. The run of a subject
+// whose other tokens are bad is still returned when its own token is good.
+func (s Subjects) ParseSteps(subject string) (run string, slot int, episode string, err error) {
 	rest, ok := strings.CutPrefix(subject, s.prefix()+".steps.")
-	runTok, epTok, ok2 := strings.Cut(rest, ".")
-	if !ok || !ok2 {
-		return "", "", fmt.Errorf("messages: %q is not a steps subject", subject)
+	runTok, rest, ok2 := strings.Cut(rest, ".")
+	slotTok, epTok, ok3 := strings.Cut(rest, ".")
+	if !ok || !ok2 || !ok3 {
+		return "", 0, "", fmt.Errorf("messages: %q is not a steps subject", subject)
 	}
-	if run, err = ParseToken(runTok); err == nil {
-		episode, err = ParseToken(epTok)
+	if run, err = ParseToken(runTok); err != nil {
+		return "", 0, "", err
 	}
-	return run, episode, err
+	// Only the form Steps writes: no sign, no leading zero, no other spelling of a slot.
+	if slot, err = strconv.Atoi(slotTok); err != nil || slot < 0 || slot >= StepSlots || strconv.Itoa(slot) != slotTok {
+		return run, 0, "", fmt.Errorf("messages: %q names no step slot", subject)
+	}
+	if episode, err = ParseToken(epTok); err != nil {
+		return run, 0, "", err
+	}
+	return run, slot, episode, nil
 }
 
 // Trajectories is the subject of a run's Trajectories of one env:

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -23,8 +24,10 @@ func TestSubjects(t *testing.T) {
 			s.EpisodesAll():                               "rf.episodes.>",
 			s.Generate():                                  "rf.llm.generate",
 			s.Tokenize():                                  "rf.llm.tokenize",
-			s.Steps("run-1", "ep 1"):                      "rf.steps.run-1.ep%201",
-			s.Steps("", "ep"):                             "rf.steps.%.ep",
+			s.Steps("run-1", "g", "ep 1"):                 "rf.steps.run-1.6.ep%201",
+			s.Steps("", "g", "ep"):                        "rf.steps.%.6.ep",
+			s.StepsOfSlot(7):                              "rf.steps.*.7.*",
+			s.StepsOfEpisode("run-1", "ep 1"):             "rf.steps.run-1.*.ep%201",
 			s.StepsAll():                                  "rf.steps.>",
 			s.Trajectories("run-1", "qa"):                 "rf.trajectories.run-1.qa",
 			s.Trajectories("", "qa"):                      "rf.trajectories.%.qa",
@@ -49,7 +52,7 @@ func TestSubjects(t *testing.T) {
 		}
 	}
 	s := NewSubjects("team-1.rf_x")
-	if got := s.Steps("r", "e"); got != "team-1.rf_x.steps.r.e" {
+	if got := s.Steps("r", "g", "e"); got != "team-1.rf_x.steps.r.6.e" {
 		t.Errorf("custom prefix: %q", got)
 	}
 	if got := s.StreamTrajectories(); got != "TEAM-1_RF_X_TRAJECTORIES" {
@@ -64,7 +67,7 @@ func TestAnyRunIsNoRunID(t *testing.T) {
 		t.Errorf("Episodes(%q) = %q: a run id must never become a wildcard", AnyRun, got)
 	}
 	for got, want := range map[string]string{
-		s.Steps(AnyRun, "e"):                "rf.steps.%2A.e",
+		s.Steps(AnyRun, "g", "e"):           "rf.steps.%2A.6.e",
 		s.Trajectories(AnyRun, "qa"):        "rf.trajectories.%2A.qa",
 		s.Groups(AnyRun, "qa"):              "rf.groups.%2A.qa",
 		s.Failures(AnyRun, FailureEpisode):  "rf.failures.%2A.episode",
@@ -122,7 +125,9 @@ func TestRunFiltersMatch(t *testing.T) {
 					{"GroupsOfRun", s.GroupsOfRun(run), s.Groups(other, env), same},
 					{"FailuresOfRun", s.FailuresOfRun(run), s.Failures(other, env), same},
 					{"EpisodesAll", s.EpisodesAll(), s.Episodes(other, env), true},
-					{"StepsAll", s.StepsAll(), s.Steps(other, env), true},
+					{"StepsAll", s.StepsAll(), s.Steps(other, env, env), true},
+					{"StepsOfSlot", s.StepsOfSlot(StepSlot(env)), s.Steps(other, env, env), true},
+					{"StepsOfEpisode", s.StepsOfEpisode(run, env), s.Steps(other, run, env), same},
 					{"TrajectoriesAll", s.TrajectoriesAll(), s.Trajectories(other, env), true},
 					{"GroupsAll", s.GroupsAll(), s.Groups(other, env), true},
 					{"FailuresAll", s.FailuresAll(), s.Failures(other, env), true},
@@ -144,34 +149,66 @@ func TestParseSteps(t *testing.T) {
 	for _, s := range []Subjects{NewSubjects(""), NewSubjects("team-1.rf_x")} {
 		for _, run := range []string{"", "run-1", "a.b", "*", "%", "run 1/é"} {
 			for _, ep := range []string{"", "ep-0001", "math.gsm8k/17 #2", ">", "%2E"} {
-				gotRun, gotEp, err := s.ParseSteps(s.Steps(run, ep))
-				if err != nil || gotRun != run || gotEp != ep {
-					t.Errorf("ParseSteps(Steps(%q, %q)) = %q, %q, %v", run, ep, gotRun, gotEp, err)
+				group := run + "/" + ep
+				gotRun, slot, gotEp, err := s.ParseSteps(s.Steps(run, group, ep))
+				if err != nil || gotRun != run || gotEp != ep || slot != StepSlot(group) {
+					t.Errorf("ParseSteps(Steps(%q, %q, %q)) = %q, %d, %q, %v", run, group, ep, gotRun, slot, gotEp, err)
 				}
 			}
 		}
 	}
 	s := NewSubjects("")
 	for _, bad := range []string{
-		"", "rf.steps", "rf.steps.", "rf.steps.ep", "rf.steps..ep", "rf.steps.run.", "rf.steps.r.a.b",
-		"rf.steps.r.a b", "rf.steps.r%.ep", "rf.steps.r.%2e", "rf.episodes.r.ep", "rg.steps.r.ep",
-		"x.rf.steps.r.ep", "rf.stepsx.r.ep", "team-1.rf_x.steps.r.ep",
+		"", "rf.steps", "rf.steps.", "rf.steps.ep", "rf.steps..ep", "rf.steps.run.", "rf.steps.r.ep",
+		"rf.steps.r.a.b", "rf.steps.r.1.a b", "rf.steps.r%.1.ep", "rf.steps.r.1.%2e", "rf.episodes.r.1.ep",
+		"rg.steps.r.1.ep", "x.rf.steps.r.1.ep", "rf.stepsx.r.1.ep", "team-1.rf_x.steps.r.1.ep",
+		"rf.steps.r.64.ep", "rf.steps.r.-1.ep", "rf.steps.r.01.ep", "rf.steps.r.+1.ep", "rf.steps.r..ep",
+		"rf.steps.r.1.a.b",
 	} {
-		if run, ep, err := s.ParseSteps(bad); err == nil {
-			t.Errorf("ParseSteps(%q) = %q, %q: want an error", bad, run, ep)
+		if run, slot, ep, err := s.ParseSteps(bad); err == nil {
+			t.Errorf("ParseSteps(%q) = %q, %d, %q: want an error", bad, run, slot, ep)
 		}
 	}
-	if _, _, err := NewSubjects("a.b").ParseSteps("rf.steps.r.e"); err == nil {
+	if _, _, _, err := NewSubjects("a.b").ParseSteps("rf.steps.r.1.e"); err == nil {
 		t.Error("ParseSteps accepted another prefix's subject")
+	}
+	// A bad slot or episode still names the run, whose failure record goes on its subjects.
+	if run, _, _, err := s.ParseSteps("rf.steps.r.99.e"); err == nil || run != "r" {
+		t.Errorf("bad slot: run %q, %v", run, err)
+	}
+}
+
+// Every slot is used, a group's episodes share one, and the slots' filters split the subjects.
+func TestStepSlots(t *testing.T) {
+	s := NewSubjects("")
+	used := make([]int, StepSlots)
+	for g := range 6400 {
+		group := fmt.Sprintf("run-7-g%06d", g)
+		slot := StepSlot(group)
+		used[slot]++
+		for i := range 4 {
+			subject := s.Steps("run-7", group, fmt.Sprintf("run-7-%06d", 4*g+i))
+			for other := range StepSlots {
+				if got := subjectMatches(s.StepsOfSlot(other), subject); got != (other == slot) {
+					t.Fatalf("%q matches slot %d's filter: %v (its slot is %d)", subject, other, got, slot)
+				}
+			}
+		}
+	}
+	for slot, n := range used {
+		// 100 groups a slot on average; a fair hash leaves none far off.
+		if n < 50 || n > 150 {
+			t.Errorf("slot %d has %d of 6400 groups", slot, n)
+		}
 	}
 }
 
 func TestParseStepsProperties(t *testing.T) {
 	s := NewSubjects("")
-	roundTrips := func(run, ep string) bool {
-		subject := s.Steps(run, ep)
-		gotRun, gotEp, err := s.ParseSteps(subject)
-		return err == nil && gotRun == run && gotEp == ep && strings.Count(subject, ".") == 3
+	roundTrips := func(run, group, ep string) bool {
+		subject := s.Steps(run, group, ep)
+		gotRun, slot, gotEp, err := s.ParseSteps(subject)
+		return err == nil && gotRun == run && gotEp == ep && slot == StepSlot(group) && strings.Count(subject, ".") == 4
 	}
 	if err := quick.Check(roundTrips, &quick.Config{MaxCount: 20000}); err != nil {
 		t.Error(err)
@@ -180,10 +217,10 @@ func TestParseStepsProperties(t *testing.T) {
 	seen := map[string][2]string{}
 	for range 50000 {
 		run, ep := randomID(r), randomID(r)
-		if !roundTrips(run, ep) {
-			t.Fatalf("Steps(%q, %q) = %q does not round-trip", run, ep, s.Steps(run, ep))
+		if !roundTrips(run, run, ep) {
+			t.Fatalf("Steps(%q, %q, %q) = %q does not round-trip", run, run, ep, s.Steps(run, run, ep))
 		}
-		subject := s.Steps(run, ep)
+		subject := s.Steps(run, run, ep)
 		if prev, ok := seen[subject]; ok && prev != [2]string{run, ep} {
 			t.Fatalf("%q and %q share subject %q", prev, [2]string{run, ep}, subject)
 		}

@@ -15,6 +15,8 @@
 # and LLM worker processes, each env worker taking up to CONCURRENCY (512)
 # episodes; TOY_FLAGS are extra flags of the stand-in model (for instance
 # "--latency 10ms --max-concurrent 1024" for a modelled GPU server).
+# COLLECTORS=N (default 1) starts N collectors, each on one shard of N
+# (`collector --shard i/N`), which split the steps stream by group.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,7 +47,10 @@ done
 for i in $(seq "${ENV_WORKERS:-1}"); do
   "$bin/envworker" --nats "nats://$nats_addr" --concurrency "${CONCURRENCY:-512}" & pids+=($!); names+=("envworker$i")
 done
-"$bin/collector" --nats "nats://$nats_addr" & pids+=($!); names+=(collector)
+collectors=${COLLECTORS:-1}
+for i in $(seq 0 $((collectors - 1))); do
+  "$bin/collector" --nats "nats://$nats_addr" --shard "$i/$collectors" & pids+=($!); names+=("collector$i")
+done
 echo "fleet up: nats://$nats_addr, model $vllm, data in $data"
 
 jobs=${JOBS:-0}

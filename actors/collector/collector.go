@@ -40,8 +40,13 @@ func (r ScoreRange) Keeps(mean float64) bool { return r.Low < mean && mean < r.H
 type Options struct {
 	// Subjects names subjects and streams (default prefix "rf").
 	Subjects messages.Subjects
-	// Durable is the consumer name on the steps stream (default "collector").
+	// Durable is the consumer name on the steps stream (default "collector"); a collector of a
+	// shard of several uses Durable-<index>of<count> (see Shard.Consumer).
 	Durable string
+	// Shard is the part of the steps stream this collector assembles; the zero value is all
+	// of it. Every shard of a count needs a collector of its own (and may have hot standbys,
+	// which run with the same shard).
+	Shard Shard
 	// PinnedTTL is how long a standby collector waits, after the active one
 	// stopped pulling, before it takes over (default 10s).
 	PinnedTTL time.Duration
@@ -265,12 +270,11 @@ func (c *Collector) count(f func(*Stats)) {
 // ConsumerConfig is the collector's durable consumer on the steps stream.
 func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 	opts.setDefaults()
-	return jetstream.ConsumerConfig{
-		Durable:       opts.Durable,
+	cfg := jetstream.ConsumerConfig{
+		Durable:       opts.Shard.Consumer(opts.Durable),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
 		MaxAckPending: 8192,
-		FilterSubject: opts.Subjects.StepsAll(),
 		// Pinning makes any further collector on the same durable a hot
 		// standby. Correctness does not depend on it (a hand-over in the
 		// middle of an episode is read back from the stream), but groups
@@ -279,6 +283,14 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 		PriorityGroups: []string{pinGroup},
 		PinnedTTL:      opts.PinnedTTL,
 	}
+	if filters := opts.Shard.filters(opts.Subjects); len(filters) == 1 {
+		// One filter keeps the consumer's create request in the form the
+		// example permissions name.
+		cfg.FilterSubject = filters[0]
+	} else {
+		cfg.FilterSubjects = filters
+	}
+	return cfg
 }
 
 // pinGroup is the priority group collectors pull in.
@@ -287,6 +299,9 @@ const pinGroup = "collector"
 // Run consumes step events until ctx is cancelled. Outcomes being recorded
 // then are still published before Run returns.
 func (c *Collector) Run(ctx context.Context) error {
+	if err := c.opts.Shard.validate(); err != nil {
+		return err
+	}
 	var (
 		steps jetstream.Stream
 		cons  jetstream.Consumer
@@ -426,8 +441,15 @@ func (c *Collector) compactSteps(ctx context.Context, compacted uint64) uint64 {
 func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 	ev, err := messages.Decode[messages.StepEvent](m.Data())
 	if err == nil {
-		if run, id, perr := c.opts.Subjects.ParseSteps(m.Subject()); perr != nil || id != ev.EpisodeID || run != ev.RunID {
+		run, slot, id, perr := c.opts.Subjects.ParseSteps(m.Subject())
+		switch {
+		case perr != nil || id != ev.EpisodeID || run != ev.RunID:
 			err = fmt.Errorf("step of episode %q published on subject %s", ev.EpisodeID, m.Subject())
+		case ev.Episode != nil && messages.StepSlot(ev.Episode.GroupID) != slot:
+			// Its group's other members are in another slot, maybe
+			// another collector's.
+			err = fmt.Errorf("step of episode %q of group %q published on subject %s, not in the group's slot %d",
+				ev.EpisodeID, ev.Episode.GroupID, m.Subject(), messages.StepSlot(ev.Episode.GroupID))
 		}
 	}
 	if err != nil {
@@ -462,10 +484,10 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	steps, err := c.decide(ctx, key, s)
+	steps, err := c.decide(ctx, m.Subject(), key, s)
 	if err == nil && c.finished.has(ev.EpisodeID) {
 		// The step decided its episode, and its outcome is stored.
-		c.ackAndPurge(ctx, m, ev.RunID, ev.EpisodeID, steps)
+		c.ackAndPurge(ctx, m, ev.EpisodeID, steps)
 		return
 	}
 	c.settle(m, err, false)
@@ -480,14 +502,15 @@ func (c *Collector) reject(m jetstream.Msg, ev *messages.StepEvent, why string) 
 	_ = m.Term()
 }
 
-// decide records the outcome of the run that the terminal step s ends.
+// decide records the outcome of the run that the terminal step s, stored on
+// subject, ends.
 // When the run was assembled from what this collector was delivered, and it
 // is the episode's first run (its first delivery, the only run cached), it
 // returns the stream sequences of the episode's steps (s included), which
 // can then be deleted one by one; otherwise nil, and the episode's steps
 // are purged by subject: an earlier run's steps may have gone to another
 // collector or out of the cache.
-func (c *Collector) decide(ctx context.Context, key runKey, s stored) ([]uint64, error) {
+func (c *Collector) decide(ctx context.Context, subject string, key runKey, s stored) ([]uint64, error) {
 	ev := s.ev
 	id := ev.EpisodeID
 	var p *partial
@@ -500,7 +523,7 @@ func (c *Collector) decide(ctx context.Context, key runKey, s stored) ([]uint64,
 			p.req = c.cache.request(id, key)
 		}
 		if p.req == nil {
-			ep, err := c.readEpisode(ctx, ev.RunID, id)
+			ep, err := c.readEpisode(ctx, subject, id)
 			if err != nil {
 				return nil, err
 			}
@@ -532,7 +555,7 @@ func (c *Collector) decide(ctx context.Context, key runKey, s stored) ([]uint64,
 		c.cache.drop(id)
 		return nil, nil
 	}
-	ep, err := c.readEpisode(ctx, ev.RunID, id)
+	ep, err := c.readEpisode(ctx, subject, id)
 	if err != nil {
 		return nil, err
 	}
@@ -579,7 +602,7 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 		V: messages.Version, Kind: messages.FailureMalformed, Reason: cause.Error(),
 		Subject: m.Subject(), Time: time.Now().UnixNano(), Payload: messages.FailurePayload(m.Data()),
 	}
-	run, id, err := c.opts.Subjects.ParseSteps(m.Subject())
+	run, _, id, err := c.opts.Subjects.ParseSteps(m.Subject())
 	f.RunID = run
 	if err == nil && !c.finished.has(id) {
 		p := &partial{req: c.cache.request(id, runKey{}), run: run}
@@ -598,7 +621,7 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 		}
 		if won {
 			c.count(func(s *Stats) { s.Malformed++ })
-			c.ackAndPurge(ctx, m, run, id, nil)
+			c.ackAndPurge(ctx, m, id, nil)
 			return
 		}
 		c.forget(id)
@@ -710,7 +733,7 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 // ackAndPurge acknowledges the step that decided an episode (its outcome
 // stored, its group fed), waiting for the server to confirm, and then
 // deletes the episode's steps (steps, the sequences delivered here, or when
-// nil a purge of its subject): last, so from here on the episode looks
+// nil a purge of its subject, m's): last, so from here on the episode looks
 // handled. The order matters. A purge of a subject narrower than the
 // consumer's filter that ends a pending delivery moves the consumer's ack
 // floor (nats-server 2.15) past the other steps still pending, such as
@@ -718,7 +741,7 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 // which are then never delivered again and their episodes never decided.
 // An unconfirmed acknowledgement leaves the steps to their max age rather
 // than risk that.
-func (c *Collector) ackAndPurge(ctx context.Context, m jetstream.Msg, run, id string, steps []uint64) {
+func (c *Collector) ackAndPurge(ctx context.Context, m jetstream.Msg, id string, steps []uint64) {
 	if err := bus.Retry(ctx, m.DoubleAck); err != nil {
 		if ok, n := c.purgeWarn.Allow(time.Now()); ok {
 			c.log.Warn("acknowledging a decided episode's step failed; its steps stay until their max age", "episode", id, "err", err, "unlogged_failures", n)
@@ -729,7 +752,7 @@ func (c *Collector) ackAndPurge(ctx context.Context, m jetstream.Msg, run, id st
 		c.deleteSteps(steps)
 		return
 	}
-	c.purge(ctx, run, id)
+	c.purge(ctx, m.Subject(), id)
 }
 
 // deleteGrace is how long the step deleters go on after Run's context ends.
@@ -848,11 +871,11 @@ func (c *Collector) decision(ctx context.Context, runID, id string) (*jetstream.
 	return raw, nil
 }
 
-// purge drops a decided episode's steps. A failure costs only disk until
+// purge drops a decided episode's steps, stored on subject. A failure costs only disk until
 // the steps' max age, so it is logged (once a minute at most), not retried.
-func (c *Collector) purge(ctx context.Context, run, id string) {
+func (c *Collector) purge(ctx context.Context, subject, id string) {
 	err := bus.Retry(ctx, func(ctx context.Context) error {
-		return c.steps.Purge(ctx, jetstream.WithPurgeSubject(c.opts.Subjects.Steps(run, id)))
+		return c.steps.Purge(ctx, jetstream.WithPurgeSubject(subject))
 	})
 	if err == nil {
 		c.count(func(s *Stats) { s.Purges++ })
@@ -880,11 +903,10 @@ type storedEpisode struct {
 	runs map[runKey]run
 }
 
-// readEpisode reads every stored step of an episode. A message that cannot
+// readEpisode reads every stored step of an episode, on its steps subject. A message that cannot
 // be decoded is skipped: its own delivery records it.
-func (c *Collector) readEpisode(ctx context.Context, runID, id string) (*storedEpisode, error) {
+func (c *Collector) readEpisode(ctx context.Context, subject, id string) (*storedEpisode, error) {
 	ep := &storedEpisode{runs: make(map[runKey]run)}
-	subject := c.opts.Subjects.Steps(runID, id)
 	for seq := uint64(1); ; {
 		raw, err := c.getStep(ctx, seq, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -316,7 +316,7 @@ func TestMalformedStep(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, bus.ServerOptions{})
 			c := f.start(t, Options{})
-			subject := f.subj.Steps("run-x", "ep-x")
+			subject := f.stepsOf("run-x", "ep-x")
 			f.publishRaw(t, subject, tc.data)
 			f.settled(t, "collector")
 			fail := f.outputs(t).onlyFailure(t)
@@ -381,7 +381,7 @@ func TestMalformedStepDecidesEpisode(t *testing.T) {
 				switch {
 				case i == tc.bad:
 					payload = unreadable(t, steps[min(i, 2)])
-					f.publishRaw(t, f.subj.Steps(want.RunID, want.EpisodeID), payload)
+					f.publishRaw(t, f.stepsOf(want.RunID, want.EpisodeID), payload)
 				case i < 3:
 					f.publish(t, steps[i])
 				}
@@ -670,7 +670,7 @@ func TestRestartAfterMalformedStep(t *testing.T) {
 	first := f.start(t, Options{})
 	steps, want := threeTurns()
 	f.publish(t, steps[0])
-	f.publishRaw(t, f.subj.Steps(want.RunID, want.EpisodeID), unreadable(t, steps[1]))
+	f.publishRaw(t, f.stepsOf(want.RunID, want.EpisodeID), unreadable(t, steps[1]))
 	f.settled(t, "collector")
 	first.stop()
 

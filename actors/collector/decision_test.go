@@ -100,7 +100,7 @@ func TestOneDecisionPerEpisode(t *testing.T) {
 			f := newFixture(t, bus.ServerOptions{})
 			steps, failed, want := twoRuns(1)
 			f.publish(t, append(steps, failed)...)
-			f.publishRaw(t, f.subj.Steps(want.RunID, want.EpisodeID), []byte("garbage"))
+			f.publishRaw(t, f.stepsOf(want.RunID, want.EpisodeID), []byte("garbage"))
 			msgs := f.deliveries(t, 5)
 			colls := []*Collector{f.idle(t), f.idle(t)}
 			ctx := context.Background()

@@ -91,8 +91,25 @@ func (f *fixture) publish(t *testing.T, evs ...*messages.StepEvent) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.publishRaw(t, f.subj.Steps(ev.RunID, ev.EpisodeID), data)
+		if ev.Episode != nil {
+			testGroups.Store(ev.EpisodeID, ev.Episode.GroupID)
+		}
+		f.publishRaw(t, f.stepsOf(ev.RunID, ev.EpisodeID), data)
 	}
+}
+
+// testGroups holds the group of each episode id that request made or
+// publish saw a request of, for the steps subjects of its later turns,
+// which do not carry the request.
+var testGroups sync.Map
+
+// stepsOf is the steps subject of a test episode.
+func (f *fixture) stepsOf(run, id string) string {
+	group := id
+	if g, ok := testGroups.Load(id); ok {
+		group = g.(string)
+	}
+	return f.subj.Steps(run, group, id)
 }
 
 func (f *fixture) publishRaw(t *testing.T, subject string, data []byte) {
@@ -205,6 +222,7 @@ func describe(fs []*messages.Failure) string {
 
 // request is the episode request carried by turn 0 of the test episodes.
 func request(id, group string, index, size int32) *messages.EpisodeRequest {
+	testGroups.Store(id, group)
 	seed := uint64(42)
 	return &messages.EpisodeRequest{
 		V: messages.Version, EpisodeID: id, GroupID: group, SampleIndex: index, GroupSize: size,

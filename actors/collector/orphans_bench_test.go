@@ -45,7 +45,7 @@ func benchmarkOrphans(b *testing.B, opts Options) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := f.js.PublishAsync(f.subj.Steps(req.RunID, id), data); err != nil {
+			if _, err := f.js.PublishAsync(f.subj.Steps(req.RunID, req.GroupID, id), data); err != nil {
 				b.Fatal(err)
 			}
 			if i%4096 == 0 {

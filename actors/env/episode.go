@@ -722,7 +722,7 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	ev.Request, ev.Run, ev.RunID = e.request, e.nonce, e.req.RunID
 	id := messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn) + "/error"
 	return e.store(ctx, "record the episode's failure", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.EpisodeID), ev, id, e.traceparent)
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.GroupID, e.req.EpisodeID), ev, id, e.traceparent)
 	})
 }
 
@@ -732,7 +732,7 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error {
 	ev.Request, ev.Run, ev.RunID, ev.TraceID = e.request, e.nonce, e.req.RunID, e.req.TraceID
 	err := e.store(ctx, "store a step", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn), e.traceparent)
+		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.GroupID, e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn), e.traceparent)
 	})
 	if errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 		return fmt.Errorf("%w: step %d: %v", errEpisode, ev.Turn, err)

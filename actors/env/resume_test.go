@@ -383,11 +383,11 @@ func TestLoadPriorRun(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := bus.Publish(context.Background(), f.js, f.subj.Steps(ev.RunID, id), data, ""); err != nil {
+				if err := bus.Publish(context.Background(), f.js, f.subj.Steps(ev.RunID, id, id), data, ""); err != nil {
 					t.Fatal(err)
 				}
 			}
-			run, err := f.worker.loadPriorRun(context.Background(), "run-e", id, 0)
+			run, err := f.worker.loadPriorRun(context.Background(), "run-e", id, id, 0)
 			switch {
 			case err != nil:
 				t.Fatal(err)

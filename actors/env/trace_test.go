@@ -28,7 +28,7 @@ func (f *fixture) runTraced(t *testing.T, req *messages.EpisodeRequest, tracepar
 		t.Fatal(err)
 	}
 	cons, err := f.js.OrderedConsumer(ctx, f.subj.StreamSteps(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{f.subj.Steps(req.RunID, req.EpisodeID)},
+		FilterSubjects: []string{f.subj.Steps(req.RunID, req.GroupID, req.EpisodeID)},
 	})
 	if err != nil {
 		t.Fatal(err)

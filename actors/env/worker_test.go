@@ -81,7 +81,7 @@ func (f *fixture) run(t *testing.T, req *messages.EpisodeRequest) []*messages.St
 		t.Fatal(err)
 	}
 	cons, err := f.js.OrderedConsumer(ctx, f.subj.StreamSteps(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{f.subj.Steps(req.RunID, req.EpisodeID)},
+		FilterSubjects: []string{f.subj.Steps(req.RunID, req.GroupID, req.EpisodeID)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +275,7 @@ func (f *fixture) steps(t *testing.T, run, id string) []*messages.StepEvent {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := f.js.OrderedConsumer(ctx, f.subj.StreamSteps(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{f.subj.Steps(run, id)},
+		FilterSubjects: []string{f.subj.StepsOfEpisode(run, id)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,8 @@ import (
 
 type cli struct {
 	cmdutil.Fleet
-	Durable       string        `default:"collector" help:"Consumer name on the steps stream."`
+	Durable       string        `default:"collector" help:"Consumer name on the steps stream (a shard of several adds -<index>of<count>)."`
+	Shard         string        `default:"0/1" help:"The part of the steps stream to assemble, index/count: run one collector (and any standbys) for each index from 0 to count-1. Groups stay whole within a shard."`
 	Filter        bool          `help:"Dynamic filtering: publish a group only if the mean of its scores is strictly inside --filter-range."`
 	FilterRange   []float64     `default:"0,1" sep:"," help:"Low,high bounds for --filter."`
 	MaxAttempts   int32         `default:"16" help:"Highest attempt number a step may carry; keep it above the env workers' --max-deliver."`
@@ -32,8 +33,12 @@ func main() {
 		if err != nil {
 			return err
 		}
+		shard, err := collector.ParseShard(c.Shard)
+		if err != nil {
+			return err
+		}
 		coll := collector.New(p.JS, collector.Options{
-			Subjects: p.Subjects, Durable: c.Durable, Filter: filter, Logger: p.Log,
+			Subjects: p.Subjects, Durable: c.Durable, Shard: shard, Filter: filter, Logger: p.Log.With("shard", shard.String()),
 			MaxAttempts: c.MaxAttempts, CacheEpisodes: c.CacheEpisodes, CacheBytes: c.CacheBytes, IdleTimeout: c.IdleTimeout,
 			MaxGroups: c.MaxGroups, GroupBytes: c.GroupBytes, Metrics: p.Metrics.Collector(), Tracer: p.Tracing.Tracer("rollfleet/collector"),
 		})

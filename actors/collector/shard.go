@@ -1,0 +1,74 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+// ErrBadShard reports a shard that is not an index below a count of at most
+// messages.StepSlots.
+var ErrBadShard = errors.New("collector: bad shard")
+
+// Shard is one of Count parts of the steps stream: the steps slots s (see
+// messages.StepSlot) with s % Count == Index. A group's episodes share a
+// slot, so the collector of a shard assembles whole groups. The zero value,
+// like Count 1, is the whole stream.
+type Shard struct {
+	Index, Count int
+}
+
+// ParseShard reads a shard written as "index/count", e.g. "0/4".
+func ParseShard(s string) (Shard, error) {
+	i, n, ok := strings.Cut(s, "/")
+	index, err1 := strconv.Atoi(i)
+	count, err2 := strconv.Atoi(n)
+	if !ok || err1 != nil || err2 != nil || count < 1 {
+		return Shard{}, fmt.Errorf("%w: %q is not index/count", ErrBadShard, s)
+	}
+	sh := Shard{Index: index, Count: count}
+	return sh, sh.validate()
+}
+
+// String writes the shard as ParseShard reads it.
+func (s Shard) String() string { return fmt.Sprintf("%d/%d", s.Index, max(s.Count, 1)) }
+
+func (s Shard) validate() error {
+	if s == (Shard{}) {
+		return nil
+	}
+	if s.Count < 1 || s.Count > messages.StepSlots || s.Index < 0 || s.Index >= s.Count {
+		return fmt.Errorf("%w: %d/%d (an index from 0 below a count from 1 to %d)", ErrBadShard, s.Index, s.Count, messages.StepSlots)
+	}
+	return nil
+}
+
+// whole reports whether the shard is the whole steps stream.
+func (s Shard) whole() bool { return s.Count <= 1 }
+
+// Consumer names the shard's consumer on the steps stream: durable itself
+// for the whole stream, else durable-<index>of<count>. Shards of different
+// counts have different consumers, so a fleet that changes its count of
+// shards starts over on new consumers (the old ones' steps are decided by
+// the new, and the old consumers can be deleted).
+func (s Shard) Consumer(durable string) string {
+	if s.whole() {
+		return durable
+	}
+	return fmt.Sprintf("%s-%dof%d", durable, s.Index, s.Count)
+}
+
+// filters returns the subject filters of the shard's slots.
+func (s Shard) filters(subj messages.Subjects) []string {
+	if s.whole() {
+		return []string{subj.StepsAll()}
+	}
+	var out []string
+	for slot := s.Index; slot < messages.StepSlots; slot += s.Count {
+		out = append(out, subj.StepsOfSlot(slot))
+	}
+	return out
+}

@@ -1,0 +1,158 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/bus/bustest"
+	"github.com/rollfleet/rollfleet/messages"
+)
+
+func TestParseShard(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Shard
+		ok   bool
+	}{
+		{"0/1", Shard{0, 1}, true},
+		{"3/4", Shard{3, 4}, true},
+		{"63/64", Shard{63, 64}, true},
+		{"4/4", Shard{}, false},
+		{"-1/4", Shard{}, false},
+		{"0/0", Shard{}, false},
+		{"0/65", Shard{}, false},
+		{"1", Shard{}, false},
+		{"a/b", Shard{}, false},
+		{"", Shard{}, false},
+	} {
+		got, err := ParseShard(tc.in)
+		if tc.ok != (err == nil) || tc.ok && got != tc.want {
+			t.Errorf("ParseShard(%q) = %v, %v", tc.in, got, err)
+		}
+		if !tc.ok && !errors.Is(err, ErrBadShard) {
+			t.Errorf("ParseShard(%q): %v is not ErrBadShard", tc.in, err)
+		}
+		if tc.ok && got.String() != tc.in {
+			t.Errorf("ParseShard(%q).String() = %q", tc.in, got.String())
+		}
+	}
+}
+
+// The shards of a count split the slots: each slot in exactly one.
+func TestShardFilters(t *testing.T) {
+	subj := messages.NewSubjects("")
+	if f := (Shard{}).filters(subj); len(f) != 1 || f[0] != subj.StepsAll() {
+		t.Errorf("whole stream: %q", f)
+	}
+	if got := (Shard{}).Consumer("collector"); got != "collector" {
+		t.Errorf("whole stream's consumer %q", got)
+	}
+	if got := (Shard{Index: 2, Count: 5}).Consumer("collector"); got != "collector-2of5" {
+		t.Errorf("shard 2/5's consumer %q", got)
+	}
+	for _, n := range []int{2, 3, 7, 64} {
+		seen := map[string]int{}
+		for i := range n {
+			for _, f := range (Shard{Index: i, Count: n}).filters(subj) {
+				seen[f]++
+			}
+		}
+		for slot := range messages.StepSlots {
+			if seen[subj.StepsOfSlot(slot)] != 1 {
+				t.Errorf("%d shards: slot %d in %d of them", n, slot, seen[subj.StepsOfSlot(slot)])
+			}
+		}
+		if len(seen) != messages.StepSlots {
+			t.Errorf("%d shards: %d filters", n, len(seen))
+		}
+	}
+}
+
+// Three collectors, each on a shard of three, assemble every group whole:
+// each sees all the steps of the groups in its slots and no other.
+func TestShardedCollectors(t *testing.T) {
+	const groups, size, shards = 48, 3, 3
+	f := newFixture(t, bus.ServerOptions{})
+	var colls []*running
+	for i := range shards {
+		colls = append(colls, f.start(t, Options{Shard: Shard{Index: i, Count: shards}}))
+	}
+	wantGroups := make([]uint64, shards)
+	for g := range groups {
+		group := fmt.Sprintf("shard-g%02d", g)
+		wantGroups[messages.StepSlot(group)%shards]++
+		for i := range size {
+			req := request(fmt.Sprintf("%s-%d", group, i), group, int32(i), size)
+			first := oneTurn(req, 0)
+			first.Done = false
+			last := oneTurn(req, float64(i)/2)
+			last.Turn, last.Episode, last.PromptTokens = 1, nil, nil
+			f.publish(t, first, last)
+		}
+	}
+	bustest.CheckFor(t, waitTimeout, 10*time.Millisecond, func() error {
+		var trajs, kept uint64
+		for _, c := range colls {
+			st := c.Stats()
+			trajs, kept = trajs+st.Trajectories, kept+st.GroupsKept
+		}
+		if trajs != groups*size || kept != groups {
+			return fmt.Errorf("%d trajectories and %d groups, want %d and %d", trajs, kept, groups*size, groups)
+		}
+		return nil
+	})
+	for i, c := range colls {
+		st := c.Stats()
+		// Every step of its episodes came to it: nothing read back, nothing
+		// purged, every step deleted by sequence.
+		if st.GroupsKept != wantGroups[i] || st.Trajectories != wantGroups[i]*size || st.Reloaded != 0 ||
+			st.Failures != 0 || st.Purges != 0 || st.GroupsEvicted != 0 {
+			t.Errorf("shard %d/%d: %+v, want %d groups", i, shards, st, wantGroups[i])
+		}
+		if _, err := f.js.Consumer(context.Background(), f.subj.StreamSteps(), fmt.Sprintf("collector-%dof%d", i, shards)); err != nil {
+			t.Errorf("shard %d's consumer: %v", i, err)
+		}
+	}
+	out := f.outputs(t)
+	if len(out.groups) != groups || len(out.trajs) != groups*size || len(out.failures) != 0 {
+		t.Fatalf("%d groups, %d trajectories, failures %s", len(out.groups), len(out.trajs), describe(out.failures))
+	}
+	for _, g := range out.groups {
+		if len(g.Trajectories) != size {
+			t.Errorf("group %s has %d trajectories", g.GroupID, len(g.Trajectories))
+		}
+	}
+}
+
+// A step stored outside its group's slot would reach the wrong shard: it
+// is malformed, and its episode's one outcome is that failure.
+func TestStepOutsideItsGroupsSlot(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	f.start(t, Options{})
+	req := request("astray", "astray-group", 0, 1)
+	data, err := messages.Marshal(oneTurn(req, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := strings.Replace(f.stepsOf(req.RunID, req.EpisodeID), fmt.Sprintf(".%d.", messages.StepSlot(req.GroupID)),
+		fmt.Sprintf(".%d.", (messages.StepSlot(req.GroupID)+1)%messages.StepSlots), 1)
+	f.publishRaw(t, wrong, data)
+	f.settled(t, "collector")
+	fail := f.outputs(t).onlyFailure(t)
+	if fail.Kind != messages.FailureMalformed || fail.EpisodeID != "astray" || !strings.Contains(fail.Reason, "not in the group's slot") {
+		t.Errorf("failure %+v", fail)
+	}
+}
+
+func TestRunRefusesBadShard(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	c := New(bustest.JetStream(t, f.srv, "collector"), Options{Shard: Shard{Index: 3, Count: 3}})
+	if err := c.Run(context.Background()); !errors.Is(err, ErrBadShard) {
+		t.Errorf("Run: %v, want ErrBadShard", err)
+	}
+}
