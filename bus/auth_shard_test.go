@@ -13,18 +13,24 @@ import (
 	"github.com/rollfleet/rollfleet/messages"
 )
 
-// TestAuthConfShardedCollector runs a collector of shard 1 of 2 under the
-// collector's user: it makes its consumer (several filters, a name of its
-// shard), is delivered an env worker's step of a group in its slots, and
+// TestAuthConfShardedCollector runs a collector of a shard (1 of 2, 3 of 4)
+// under the collector's user: it makes its consumer (its shard's name and
+// filter), is delivered an env worker's step of a group in its shard, and
 // publishes the trajectory and the group. Nothing is refused.
 func TestAuthConfShardedCollector(t *testing.T) {
+	for _, shard := range []collector.Shard{{Index: 1, Count: 2}, {Index: 3, Count: 4}} {
+		t.Run(shard.String(), func(t *testing.T) { testAuthConfShard(t, shard) })
+	}
+}
+
+func testAuthConfShard(t *testing.T, shard collector.Shard) {
 	subj := messages.NewSubjects("")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	url, adminJS := startAuthStreams(t, ctx, subj)
 
 	_, colJS, log := connectAs(t, url, "collector")
-	coll := collector.New(colJS, collector.Options{Shard: collector.Shard{Index: 1, Count: 2}, Logger: slog.New(slog.DiscardHandler)})
+	coll := collector.New(colJS, collector.Options{Shard: shard, Logger: slog.New(slog.DiscardHandler)})
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- coll.Run(cctx) }()
@@ -36,7 +42,7 @@ func TestAuthConfShardedCollector(t *testing.T) {
 	})
 
 	group := "auth-g0"
-	for i := 0; messages.StepSlot(group)%2 != 1; i++ {
+	for i := 0; messages.StepSlot(group)%shard.Count != shard.Index; i++ {
 		group = fmt.Sprintf("auth-g%d", i)
 	}
 	seed := uint64(1)
@@ -62,7 +68,7 @@ func TestAuthConfShardedCollector(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := adminJS.Consumer(ctx, subj.StreamSteps(), "collector-1of2"); err != nil {
+	if _, err := adminJS.Consumer(ctx, subj.StreamSteps(), shard.Consumer("collector")); err != nil {
 		t.Errorf("shard's consumer: %v", err)
 	}
 	if lines := log.Lines(); len(lines) > 0 {

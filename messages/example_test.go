@@ -55,7 +55,7 @@ func ExampleToken() {
 	fmt.Println(id)
 	// Output:
 	// rf.episodes.run-7.game:GuessTheNumber-v0
-	// rf.steps.%.10.math%2Egsm8k/17%20#2
+	// rf.steps.%.0.2.2.10.math%2Egsm8k/17%20#2
 	// %
 	// math.gsm8k/17 #2
 }

@@ -116,8 +116,8 @@ func FuzzParseSubject(f *testing.F) {
 	s := NewSubjects("")
 	for _, seed := range []string{
 		"", "%", "ep-0001", "a%2Eb", "%2", "%2e", "%41", "rf.steps.%.ep", "rf.steps.run-1.ep%201",
-		"rf.steps.r.a.b", "rf.steps.ep", "rf.episodes.r.e", s.Steps("a.b", "g", "c d"), "rf.steps.r.07.e",
-		"rf.steps.r.64.e", "rf.steps.r.-1.e", "rf.steps.r.+3.e", "rf.steps.r.3.e.f", "rf.steps.r.3.%",
+		"rf.steps.r.a.b", "rf.steps.ep", "rf.episodes.r.e", s.Steps("a.b", "g", "c d"), "rf.steps.r.1.3.7.15.e",
+		"rf.steps.r.1.3.7.015.e", "rf.steps.r.0.0.0.16.e", "rf.steps.r.0.3.7.15.e", "rf.steps.r.1.3.7.15.e.f", "rf.steps.r.1.1.1.1.%",
 	} {
 		f.Add(seed)
 	}
@@ -138,7 +138,7 @@ func FuzzParseSubject(f *testing.F) {
 			}
 			return
 		}
-		if got := s.stepsIn(run, slot, ep); got != in || slot < 0 || slot >= StepSlots {
+		if got := s.stepsIn(run, slot, ep); got != in || slot < 0 || slot >= MaxStepShards {
 			t.Fatalf("ParseSteps(%q) = %q, %d, %q, whose subject is %q", in, run, slot, ep, got)
 		}
 	})

@@ -3,6 +3,7 @@ package messages
 import (
 	"fmt"
 	"hash/fnv"
+	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -108,27 +109,45 @@ func (s Subjects) TokenizeChat() string { return s.subject("llm", "tokenize_chat
 // ModelInfo is the request/reply subject of ModelInfoRequest.
 func (s Subjects) ModelInfo() string { return s.subject("llm", "info") }
 
-// StepSlots is how many slots the steps subjects spread episodes over. A group's episodes
-// share a slot (StepSlot), so a collector that reads a set of slots (a shard) sees every member
-// of each group it assembles; up to StepSlots collectors can share the steps stream that way.
-const StepSlots = 64
+// stepShardLevels is how many shard tokens a steps subject carries.
+const stepShardLevels = 4
+
+// MaxStepShards is the most parts the steps stream splits into for collectors, and the number
+// of slots a group's steps can be in (StepSlot). A steps subject carries its slot at every
+// power of two up to it: the token at level k (1 to 4) is the slot modulo 2^k, the episode's
+// shard among 2^k collectors, so that the steps of a shard are matched by one subject filter
+// (StepsOfShard). A group's episodes share a slot, so a collector assembles whole groups.
+const MaxStepShards = 1 << stepShardLevels
 
 // StepSlot is the slot of a group's steps: the 32-bit FNV-1a hash of the group id modulo
-// StepSlots.
+// MaxStepShards.
 func StepSlot(group string) int {
 	h := fnv.New32a()
 	h.Write([]byte(group))
-	return int(h.Sum32() % StepSlots)
+	return int(h.Sum32() % MaxStepShards)
 }
 
 // Steps is the subject of the StepEvents of an episode of group:
-// <prefix>.steps.<Token(run)>.<StepSlot(group)>.<Token(episode)>.
+// <prefix>.steps.<Token(run)>.<slot%2>.<slot%4>.<slot%8>.<slot%16>.<Token(episode)>, where
+// slot is StepSlot(group).
 func (s Subjects) Steps(run, group, episode string) string {
 	return s.stepsIn(run, StepSlot(group), episode)
 }
 
 func (s Subjects) stepsIn(run string, slot int, episode string) string {
-	return s.subject("steps", Token(run)+"."+strconv.Itoa(slot)+"."+Token(episode))
+	return s.subject("steps", Token(run)+"."+slotTokens(slot)+"."+Token(episode))
+}
+
+// slotTokens are a steps subject's shard tokens for slot: the slot modulo 2, 4, 8 and 16.
+func slotTokens(slot int) string {
+	var b strings.Builder
+	for k := 1; k <= stepShardLevels; k++ {
+		if k > 1 {
+			b.WriteByte('.')
+		}
+		b.WriteString(strconv.Itoa(slot % (1 << k)))
+	}
+	return b.String()
 }
 
 // StepsAll matches the StepEvents of every episode.
@@ -136,31 +155,41 @@ func (s Subjects) StepsAll() string { return s.subject("steps", ">") }
 
 // StepsOfEpisode matches the StepEvents of an episode of run, whatever its group.
 func (s Subjects) StepsOfEpisode(run, episode string) string {
-	return s.subject("steps", Token(run)+".*."+Token(episode))
+	return s.subject("steps", Token(run)+strings.Repeat(".*", stepShardLevels)+"."+Token(episode))
 }
 
-// StepsOfSlot matches the StepEvents of every episode in slot, of any run.
-func (s Subjects) StepsOfSlot(slot int) string {
-	return s.subject("steps", "*."+strconv.Itoa(slot)+".*")
+// StepsOfShard matches the StepEvents of shard index of count, of every run: those whose
+// slot modulo count is index. Count is a power of two from 1 to MaxStepShards and index is
+// below it; StepsOfShard panics otherwise.
+func (s Subjects) StepsOfShard(index, count int) string {
+	if count < 1 || count > MaxStepShards || count&(count-1) != 0 || index < 0 || index >= count {
+		panic(fmt.Sprintf("messages: no shard %d of %d", index, count))
+	}
+	if count == 1 {
+		return s.StepsAll()
+	}
+	level := bits.TrailingZeros(uint(count))
+	return s.subject("steps", "*"+strings.Repeat(".*", level-1)+"."+strconv.Itoa(index)+".>")
 }
 
 // ParseSteps returns the run, slot and episode a Steps subject names. The run of a subject
 // whose other tokens are bad is still returned when its own token is good.
 func (s Subjects) ParseSteps(subject string) (run string, slot int, episode string, err error) {
 	rest, ok := strings.CutPrefix(subject, s.prefix()+".steps.")
-	runTok, rest, ok2 := strings.Cut(rest, ".")
-	slotTok, epTok, ok3 := strings.Cut(rest, ".")
-	if !ok || !ok2 || !ok3 {
+	toks := strings.Split(rest, ".")
+	if !ok || len(toks) != stepShardLevels+2 {
 		return "", 0, "", fmt.Errorf("messages: %q is not a steps subject", subject)
 	}
-	if run, err = ParseToken(runTok); err != nil {
+	if run, err = ParseToken(toks[0]); err != nil {
 		return "", 0, "", err
 	}
-	// Only the form Steps writes: no sign, no leading zero, no other spelling of a slot.
-	if slot, err = strconv.Atoi(slotTok); err != nil || slot < 0 || slot >= StepSlots || strconv.Itoa(slot) != slotTok {
+	// Only the form Steps writes: the slot's last token, no other spelling, and every
+	// level's token the slot modulo the level's count.
+	slot, err = strconv.Atoi(toks[stepShardLevels])
+	if err != nil || slot < 0 || slot >= MaxStepShards || slotTokens(slot) != strings.Join(toks[1:stepShardLevels+1], ".") {
 		return run, 0, "", fmt.Errorf("messages: %q names no step slot", subject)
 	}
-	if episode, err = ParseToken(epTok); err != nil {
+	if episode, err = ParseToken(toks[stepShardLevels+1]); err != nil {
 		return run, 0, "", err
 	}
 	return run, slot, episode, nil

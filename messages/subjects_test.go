@@ -24,10 +24,13 @@ func TestSubjects(t *testing.T) {
 			s.EpisodesAll():                               "rf.episodes.>",
 			s.Generate():                                  "rf.llm.generate",
 			s.Tokenize():                                  "rf.llm.tokenize",
-			s.Steps("run-1", "g", "ep 1"):                 "rf.steps.run-1.6.ep%201",
-			s.Steps("", "g", "ep"):                        "rf.steps.%.6.ep",
-			s.StepsOfSlot(7):                              "rf.steps.*.7.*",
-			s.StepsOfEpisode("run-1", "ep 1"):             "rf.steps.run-1.*.ep%201",
+			s.Steps("run-1", "g", "ep 1"):                 "rf.steps.run-1.0.2.6.6.ep%201",
+			s.Steps("", "g", "ep"):                        "rf.steps.%.0.2.6.6.ep",
+			s.StepsOfShard(0, 1):                          "rf.steps.>",
+			s.StepsOfShard(1, 2):                          "rf.steps.*.1.>",
+			s.StepsOfShard(3, 4):                          "rf.steps.*.*.3.>",
+			s.StepsOfShard(5, 16):                         "rf.steps.*.*.*.*.5.>",
+			s.StepsOfEpisode("run-1", "ep 1"):             "rf.steps.run-1.*.*.*.*.ep%201",
 			s.StepsAll():                                  "rf.steps.>",
 			s.Trajectories("run-1", "qa"):                 "rf.trajectories.run-1.qa",
 			s.Trajectories("", "qa"):                      "rf.trajectories.%.qa",
@@ -52,7 +55,7 @@ func TestSubjects(t *testing.T) {
 		}
 	}
 	s := NewSubjects("team-1.rf_x")
-	if got := s.Steps("r", "g", "e"); got != "team-1.rf_x.steps.r.6.e" {
+	if got := s.Steps("r", "g", "e"); got != "team-1.rf_x.steps.r.0.2.6.6.e" {
 		t.Errorf("custom prefix: %q", got)
 	}
 	if got := s.StreamTrajectories(); got != "TEAM-1_RF_X_TRAJECTORIES" {
@@ -67,7 +70,7 @@ func TestAnyRunIsNoRunID(t *testing.T) {
 		t.Errorf("Episodes(%q) = %q: a run id must never become a wildcard", AnyRun, got)
 	}
 	for got, want := range map[string]string{
-		s.Steps(AnyRun, "g", "e"):           "rf.steps.%2A.6.e",
+		s.Steps(AnyRun, "g", "e"):           "rf.steps.%2A.0.2.6.6.e",
 		s.Trajectories(AnyRun, "qa"):        "rf.trajectories.%2A.qa",
 		s.Groups(AnyRun, "qa"):              "rf.groups.%2A.qa",
 		s.Failures(AnyRun, FailureEpisode):  "rf.failures.%2A.episode",
@@ -126,7 +129,7 @@ func TestRunFiltersMatch(t *testing.T) {
 					{"FailuresOfRun", s.FailuresOfRun(run), s.Failures(other, env), same},
 					{"EpisodesAll", s.EpisodesAll(), s.Episodes(other, env), true},
 					{"StepsAll", s.StepsAll(), s.Steps(other, env, env), true},
-					{"StepsOfSlot", s.StepsOfSlot(StepSlot(env)), s.Steps(other, env, env), true},
+					{"StepsOfShard", s.StepsOfShard(StepSlot(env)%4, 4), s.Steps(other, env, env), true},
 					{"StepsOfEpisode", s.StepsOfEpisode(run, env), s.Steps(other, run, env), same},
 					{"TrajectoriesAll", s.TrajectoriesAll(), s.Trajectories(other, env), true},
 					{"GroupsAll", s.GroupsAll(), s.Groups(other, env), true},
@@ -160,46 +163,62 @@ func TestParseSteps(t *testing.T) {
 	s := NewSubjects("")
 	for _, bad := range []string{
 		"", "rf.steps", "rf.steps.", "rf.steps.ep", "rf.steps..ep", "rf.steps.run.", "rf.steps.r.ep",
-		"rf.steps.r.a.b", "rf.steps.r.1.a b", "rf.steps.r%.1.ep", "rf.steps.r.1.%2e", "rf.episodes.r.1.ep",
-		"rg.steps.r.1.ep", "x.rf.steps.r.1.ep", "rf.stepsx.r.1.ep", "team-1.rf_x.steps.r.1.ep",
-		"rf.steps.r.64.ep", "rf.steps.r.-1.ep", "rf.steps.r.01.ep", "rf.steps.r.+1.ep", "rf.steps.r..ep",
-		"rf.steps.r.1.a.b",
+		"rf.steps.r.a.b", "rf.steps.r.1.3.7.15.a b", "rf.steps.r%.1.3.7.15.ep", "rf.steps.r.1.3.7.15.%2e",
+		"rf.episodes.r.1.3.7.15.ep", "rg.steps.r.1.3.7.15.ep", "x.rf.steps.r.1.3.7.15.ep", "rf.stepsx.r.1.3.7.15.ep",
+		"team-1.rf_x.steps.r.1.3.7.15.ep", "rf.steps.r.1.ep", "rf.steps.r.1.3.7.15.a.b",
+		// Slots that Steps never writes: out of range, other spellings, levels that disagree.
+		"rf.steps.r.0.0.0.16.ep", "rf.steps.r.1.1.1.-1.ep", "rf.steps.r.1.3.7.015.ep", "rf.steps.r.1.3.7.+15.ep",
+		"rf.steps.r.1.3.7..ep", "rf.steps.r.0.3.7.15.ep", "rf.steps.r.1.1.7.15.ep", "rf.steps.r.1.3.3.15.ep",
+		"rf.steps.r.*.*.*.*.ep",
 	} {
 		if run, slot, ep, err := s.ParseSteps(bad); err == nil {
 			t.Errorf("ParseSteps(%q) = %q, %d, %q: want an error", bad, run, slot, ep)
 		}
 	}
-	if _, _, _, err := NewSubjects("a.b").ParseSteps("rf.steps.r.1.e"); err == nil {
+	if _, _, _, err := NewSubjects("a.b").ParseSteps("rf.steps.r.1.3.7.15.e"); err == nil {
 		t.Error("ParseSteps accepted another prefix's subject")
 	}
 	// A bad slot or episode still names the run, whose failure record goes on its subjects.
-	if run, _, _, err := s.ParseSteps("rf.steps.r.99.e"); err == nil || run != "r" {
+	if run, _, _, err := s.ParseSteps("rf.steps.r.1.3.7.99.e"); err == nil || run != "r" {
 		t.Errorf("bad slot: run %q, %v", run, err)
 	}
 }
 
-// Every slot is used, a group's episodes share one, and the slots' filters split the subjects.
+// Every slot is used, a group's episodes share one, and the shards of each count split the
+// subjects: each subject in exactly one shard's filter.
 func TestStepSlots(t *testing.T) {
 	s := NewSubjects("")
-	used := make([]int, StepSlots)
-	for g := range 6400 {
+	used := make([]int, MaxStepShards)
+	for g := range 1600 {
 		group := fmt.Sprintf("run-7-g%06d", g)
 		slot := StepSlot(group)
 		used[slot]++
 		for i := range 4 {
 			subject := s.Steps("run-7", group, fmt.Sprintf("run-7-%06d", 4*g+i))
-			for other := range StepSlots {
-				if got := subjectMatches(s.StepsOfSlot(other), subject); got != (other == slot) {
-					t.Fatalf("%q matches slot %d's filter: %v (its slot is %d)", subject, other, got, slot)
+			for count := 1; count <= MaxStepShards; count *= 2 {
+				for index := range count {
+					if got := subjectMatches(s.StepsOfShard(index, count), subject); got != (slot%count == index) {
+						t.Fatalf("%q matches shard %d of %d: %v (its slot is %d)", subject, index, count, got, slot)
+					}
 				}
 			}
 		}
 	}
 	for slot, n := range used {
 		// 100 groups a slot on average; a fair hash leaves none far off.
-		if n < 50 || n > 150 {
-			t.Errorf("slot %d has %d of 6400 groups", slot, n)
+		if n < 60 || n > 140 {
+			t.Errorf("slot %d has %d of 1600 groups", slot, n)
 		}
+	}
+	for _, bad := range [][2]int{{0, 0}, {0, 3}, {2, 2}, {-1, 2}, {0, 32}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("StepsOfShard(%d, %d) did not panic", bad[0], bad[1])
+				}
+			}()
+			s.StepsOfShard(bad[0], bad[1])
+		}()
 	}
 }
 
@@ -208,7 +227,7 @@ func TestParseStepsProperties(t *testing.T) {
 	roundTrips := func(run, group, ep string) bool {
 		subject := s.Steps(run, group, ep)
 		gotRun, slot, gotEp, err := s.ParseSteps(subject)
-		return err == nil && gotRun == run && gotEp == ep && slot == StepSlot(group) && strings.Count(subject, ".") == 4
+		return err == nil && gotRun == run && gotEp == ep && slot == StepSlot(group) && strings.Count(subject, ".") == 7
 	}
 	if err := quick.Check(roundTrips, &quick.Config{MaxCount: 20000}); err != nil {
 		t.Error(err)

@@ -267,14 +267,19 @@ func (c *Collector) count(f func(*Stats)) {
 	c.mu.Unlock()
 }
 
-// ConsumerConfig is the collector's durable consumer on the steps stream.
+// ConsumerConfig is the collector's durable consumer on the steps stream. It
+// panics on an invalid opts.Shard, which Run refuses first.
 func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 	opts.setDefaults()
-	cfg := jetstream.ConsumerConfig{
+	return jetstream.ConsumerConfig{
 		Durable:       opts.Shard.Consumer(opts.Durable),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
 		MaxAckPending: 8192,
+		// One subject filter: the server finds a filtered consumer's next
+		// step by a walk through the stream, where several filters make it
+		// intersect every stored subject with them.
+		FilterSubject: opts.Shard.filter(opts.Subjects),
 		// Pinning makes any further collector on the same durable a hot
 		// standby. Correctness does not depend on it (a hand-over in the
 		// middle of an episode is read back from the stream), but groups
@@ -283,14 +288,6 @@ func ConsumerConfig(opts Options) jetstream.ConsumerConfig {
 		PriorityGroups: []string{pinGroup},
 		PinnedTTL:      opts.PinnedTTL,
 	}
-	if filters := opts.Shard.filters(opts.Subjects); len(filters) == 1 {
-		// One filter keeps the consumer's create request in the form the
-		// example permissions name.
-		cfg.FilterSubject = filters[0]
-	} else {
-		cfg.FilterSubjects = filters
-	}
-	return cfg
 }
 
 // pinGroup is the priority group collectors pull in.

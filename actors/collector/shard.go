@@ -9,14 +9,16 @@ import (
 	"github.com/rollfleet/rollfleet/messages"
 )
 
-// ErrBadShard reports a shard that is not an index below a count of at most
-// messages.StepSlots.
+// ErrBadShard reports a shard that is not an index below a count, the
+// count a power of two up to messages.MaxStepShards.
 var ErrBadShard = errors.New("collector: bad shard")
 
-// Shard is one of Count parts of the steps stream: the steps slots s (see
-// messages.StepSlot) with s % Count == Index. A group's episodes share a
-// slot, so the collector of a shard assembles whole groups. The zero value,
-// like Count 1, is the whole stream.
+// Shard is one of Count parts of the steps stream: the steps of the groups
+// whose slot (messages.StepSlot) modulo Count is Index, which one subject
+// filter matches (messages.Subjects.StepsOfShard). Count is a power of two up
+// to messages.MaxStepShards. A group's episodes share a slot, so the
+// collector of a shard assembles whole groups. The zero value, like Count 1,
+// is the whole stream.
 type Shard struct {
 	Index, Count int
 }
@@ -40,8 +42,8 @@ func (s Shard) validate() error {
 	if s == (Shard{}) {
 		return nil
 	}
-	if s.Count < 1 || s.Count > messages.StepSlots || s.Index < 0 || s.Index >= s.Count {
-		return fmt.Errorf("%w: %d/%d (an index from 0 below a count from 1 to %d)", ErrBadShard, s.Index, s.Count, messages.StepSlots)
+	if s.Count < 1 || s.Count > messages.MaxStepShards || s.Count&(s.Count-1) != 0 || s.Index < 0 || s.Index >= s.Count {
+		return fmt.Errorf("%w: %d/%d (an index from 0 below a count of 1, 2, 4, 8 or %d)", ErrBadShard, s.Index, s.Count, messages.MaxStepShards)
 	}
 	return nil
 }
@@ -61,14 +63,7 @@ func (s Shard) Consumer(durable string) string {
 	return fmt.Sprintf("%s-%dof%d", durable, s.Index, s.Count)
 }
 
-// filters returns the subject filters of the shard's slots.
-func (s Shard) filters(subj messages.Subjects) []string {
-	if s.whole() {
-		return []string{subj.StepsAll()}
-	}
-	var out []string
-	for slot := s.Index; slot < messages.StepSlots; slot += s.Count {
-		out = append(out, subj.StepsOfSlot(slot))
-	}
-	return out
+// filter is the subject filter of the shard's steps.
+func (s Shard) filter(subj messages.Subjects) string {
+	return subj.StepsOfShard(s.Index, max(s.Count, 1))
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/messages"
@@ -21,11 +23,12 @@ func TestParseShard(t *testing.T) {
 	}{
 		{"0/1", Shard{0, 1}, true},
 		{"3/4", Shard{3, 4}, true},
-		{"63/64", Shard{63, 64}, true},
+		{"15/16", Shard{15, 16}, true},
 		{"4/4", Shard{}, false},
+		{"1/3", Shard{}, false},
+		{"0/32", Shard{}, false},
 		{"-1/4", Shard{}, false},
 		{"0/0", Shard{}, false},
-		{"0/65", Shard{}, false},
 		{"1", Shard{}, false},
 		{"a/b", Shard{}, false},
 		{"", Shard{}, false},
@@ -43,40 +46,39 @@ func TestParseShard(t *testing.T) {
 	}
 }
 
-// The shards of a count split the slots: each slot in exactly one.
+// The shards of a count split the steps: each episode's in exactly one.
 func TestShardFilters(t *testing.T) {
 	subj := messages.NewSubjects("")
-	if f := (Shard{}).filters(subj); len(f) != 1 || f[0] != subj.StepsAll() {
-		t.Errorf("whole stream: %q", f)
+	if got := (Shard{}).filter(subj); got != subj.StepsAll() {
+		t.Errorf("whole stream: %q", got)
 	}
 	if got := (Shard{}).Consumer("collector"); got != "collector" {
 		t.Errorf("whole stream's consumer %q", got)
 	}
-	if got := (Shard{Index: 2, Count: 5}).Consumer("collector"); got != "collector-2of5" {
-		t.Errorf("shard 2/5's consumer %q", got)
+	if got := (Shard{Index: 2, Count: 8}).Consumer("collector"); got != "collector-2of8" {
+		t.Errorf("shard 2/8's consumer %q", got)
 	}
-	for _, n := range []int{2, 3, 7, 64} {
-		seen := map[string]int{}
-		for i := range n {
-			for _, f := range (Shard{Index: i, Count: n}).filters(subj) {
-				seen[f]++
+	for count := 1; count <= messages.MaxStepShards; count *= 2 {
+		for g := range 200 {
+			group := fmt.Sprintf("g%d", g)
+			subject := subj.Steps("run", group, group+"-0")
+			var in []int
+			for i := range count {
+				if server.SubjectMatchesFilter(subject, Shard{Index: i, Count: count}.filter(subj)) {
+					in = append(in, i)
+				}
 			}
-		}
-		for slot := range messages.StepSlots {
-			if seen[subj.StepsOfSlot(slot)] != 1 {
-				t.Errorf("%d shards: slot %d in %d of them", n, slot, seen[subj.StepsOfSlot(slot)])
+			if len(in) != 1 || in[0] != messages.StepSlot(group)%count {
+				t.Fatalf("%d shards: %s in shards %v", count, subject, in)
 			}
-		}
-		if len(seen) != messages.StepSlots {
-			t.Errorf("%d shards: %d filters", n, len(seen))
 		}
 	}
 }
 
-// Three collectors, each on a shard of three, assemble every group whole:
+// Four collectors, each on a shard of four, assemble every group whole:
 // each sees all the steps of the groups in its slots and no other.
 func TestShardedCollectors(t *testing.T) {
-	const groups, size, shards = 48, 3, 3
+	const groups, size, shards = 48, 3, 4
 	f := newFixture(t, bus.ServerOptions{})
 	var colls []*running
 	for i := range shards {
@@ -139,9 +141,11 @@ func TestStepOutsideItsGroupsSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrong := strings.Replace(f.stepsOf(req.RunID, req.EpisodeID), fmt.Sprintf(".%d.", messages.StepSlot(req.GroupID)),
-		fmt.Sprintf(".%d.", (messages.StepSlot(req.GroupID)+1)%messages.StepSlots), 1)
-	f.publishRaw(t, wrong, data)
+	other := "other-group"
+	for i := 0; messages.StepSlot(other) == messages.StepSlot(req.GroupID); i++ {
+		other = fmt.Sprintf("other-group-%d", i)
+	}
+	f.publishRaw(t, f.subj.Steps(req.RunID, other, req.EpisodeID), data)
 	f.settled(t, "collector")
 	fail := f.outputs(t).onlyFailure(t)
 	if fail.Kind != messages.FailureMalformed || fail.EpisodeID != "astray" || !strings.Contains(fail.Reason, "not in the group's slot") {
