@@ -6,7 +6,7 @@
 # its own process. Figures land in docs/performance.md.
 #
 # PARTS selects what runs (default "throughput go memory"; "long" adds the
-# long run). Memory knobs: EPISODES_HIGH (20000) episodes at
+# long run, "collectors" the collector shards' drain rates). Memory knobs: EPISODES_HIGH (20000) episodes at
 # CONCURRENCY_HIGH (10000) with the model at TOY_LATENCY (1ms) per generated
 # token; EPISODES_MEM (50000) episodes at the default concurrency, RSS
 # sampled after 10,000 and at the end. The long run: EPISODES_LONG (200000)
@@ -40,6 +40,12 @@ if [[ " $parts " == *" go "* ]]; then
   go test -run '^$' -bench BenchmarkInFlightEpisodeMemory -benchtime 1x ./actors/env/
   go test -run '^$' -bench 'BenchmarkTokenCacheMemory' -benchtime 1x ./actors/llm/
   go test -run '^$' -bench 'BenchmarkStepIDMemory' -benchtime 1x ./bus/
+fi
+
+if [[ " $parts " == *" collectors "* ]]; then
+  echo "== collector shards draining a backlog"
+  go test -run '^$' -bench ShardedDrain -benchtime 3x ./actors/collector/
+  SHARDS="1 2 4" scripts/collector-drain.sh
 fi
 
 [[ " $parts " == *" memory "* ]] || exit 0
