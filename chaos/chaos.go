@@ -35,6 +35,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rollfleet/rollfleet/actors/collector"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
 )
@@ -143,9 +144,14 @@ type Config struct {
 	// DefaultEnvs): games played from their own instructions.
 	Envs []string
 	// EnvWorkers, LLMWorkers, ModelServers and Collectors are the fleet's
-	// size (defaults 3, 2, 2 and 2). Collectors beyond the first are hot
-	// standbys on the same durable, the documented setup.
+	// size (defaults 3, 2, 2 and 2). Collectors beyond the first of each
+	// shard are hot standbys on the shard's durable, the documented setup.
 	EnvWorkers, LLMWorkers, ModelServers, Collectors int
+	// CollectorShards splits the steps stream among this many shards
+	// (collector --shard i/N; 1, 2, 4, 8 or 16, default 1): collector k
+	// takes shard k mod CollectorShards, so Collectors must be at least as
+	// many.
+	CollectorShards int
 	// Cluster runs three NATS servers joined in a cluster instead of one;
 	// the workers get all three URLs and make streams of three replicas.
 	Cluster bool
@@ -213,6 +219,9 @@ func (c *Config) setDefaults() {
 	if c.Collectors <= 0 {
 		c.Collectors = 2
 	}
+	if c.CollectorShards <= 0 {
+		c.CollectorShards = 1
+	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 128
 	}
@@ -259,6 +268,12 @@ func (c *Config) check() error {
 		if _, err := os.Stat(filepath.Join(c.Bin, b)); err != nil {
 			return fmt.Errorf("chaos: binary %s: %w", b, err)
 		}
+	}
+	if _, err := collector.ParseShard(fmt.Sprintf("0/%d", c.CollectorShards)); err != nil {
+		return fmt.Errorf("chaos: CollectorShards: %w", err)
+	}
+	if c.Collectors < c.CollectorShards {
+		return fmt.Errorf("chaos: %d collectors for %d shards: each shard needs one", c.Collectors, c.CollectorShards)
 	}
 	for _, k := range c.Kinds {
 		if !slices.Contains(Kinds, k) {
@@ -694,9 +709,12 @@ func (h *harness) lastSeqs(ctx context.Context) ([3]uint64, error) {
 func (h *harness) quiescent(ctx context.Context) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	for _, c := range []struct{ stream, durable string }{
-		{h.subj.StreamEpisodes(), "envworker"}, {h.subj.StreamSteps(), "collector"},
-	} {
+	consumers := []struct{ stream, durable string }{{h.subj.StreamEpisodes(), "envworker"}}
+	for i := range h.cfg.CollectorShards {
+		shard := collector.Shard{Index: i, Count: h.cfg.CollectorShards}
+		consumers = append(consumers, struct{ stream, durable string }{h.subj.StreamSteps(), shard.Consumer("collector")})
+	}
+	for _, c := range consumers {
 		cons, err := h.js.Consumer(ctx, c.stream, c.durable)
 		if err != nil {
 			return false, fmt.Sprintf("consumer %s: %v", c.durable, err)

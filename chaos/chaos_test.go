@@ -43,6 +43,10 @@ func TestChaos(t *testing.T) {
 	}
 	cfg := Config{
 		Bin: bin, Seed: seed, Progress: testWriter{t},
+		// Two shards: the first with an active collector and a standby, the
+		// second with one collector, which a kill leaves without any until
+		// its restart.
+		Collectors: 3, CollectorShards: 2,
 		Episodes: 200, KillsPerKind: 2, Duration: 30 * time.Second, Timeout: 8 * time.Minute,
 		Pauses: 1, DiskFills: 1, Forgeries: len(forgeries), Resubmits: 2,
 		// Shorter than the defaults: a pause of 12–15s outlasts the ack wait.

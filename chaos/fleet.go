@@ -107,7 +107,8 @@ func (h *harness) startFleet(ctx context.Context) error {
 		h.envws = append(h.envws, p)
 	}
 	for i := range h.cfg.Collectors {
-		p := h.newProc(KindCollector, fmt.Sprintf("collector-%d", i+1), "collector", h.fleetFlags...)
+		shard := fmt.Sprintf("%d/%d", i%h.cfg.CollectorShards, h.cfg.CollectorShards)
+		p := h.newProc(KindCollector, fmt.Sprintf("collector-%d", i+1), "collector", append(slices.Clone(h.fleetFlags), "--shard", shard)...)
 		p.ready = logLine(collectorReady)
 		h.colls = append(h.colls, p)
 	}

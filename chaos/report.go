@@ -68,9 +68,11 @@ type Report struct {
 	Kinds      []Kind
 	Duration   time.Duration
 	Collectors int
-	Cluster    bool
-	AckWait    time.Duration
-	DiskSize   int64
+	// Shards is the number of collector shards.
+	Shards   int
+	Cluster  bool
+	AckWait  time.Duration
+	DiskSize int64
 	// Workdir holds the logs and the NATS data; Kept reports whether it is
 	// left in place.
 	Workdir string
@@ -168,7 +170,7 @@ type Report struct {
 
 func newReport(cfg Config) *Report {
 	return &Report{
-		Seed: cfg.Seed, Envs: cfg.Envs, Kinds: cfg.Kinds, Duration: cfg.Duration, Collectors: cfg.Collectors,
+		Seed: cfg.Seed, Envs: cfg.Envs, Kinds: cfg.Kinds, Duration: cfg.Duration, Collectors: cfg.Collectors, Shards: cfg.CollectorShards,
 		Cluster: cfg.Cluster, AckWait: cfg.AckWait, DiskSize: cfg.DiskSize,
 		FailureReasons: map[string]int{}, Retries: map[string]int{}, LogProblems: map[string]int{},
 		Forged: map[string]string{}, Resubmitted: map[string]string{},
@@ -242,8 +244,8 @@ func (r *Report) Table() string {
 	if r.Cluster {
 		nats = "3-node NATS cluster"
 	}
-	fmt.Fprintf(&b, "chaos run: seed=%d episodes=%d collectors=%d %s window=%s chaos=%s wall=%s\n",
-		r.Seed, r.Submitted, r.Collectors, nats, r.Duration, r.ChaosSpan.Round(time.Second), r.Wall.Round(time.Second))
+	fmt.Fprintf(&b, "chaos run: seed=%d episodes=%d collectors=%d shards=%d %s window=%s chaos=%s wall=%s\n",
+		r.Seed, r.Submitted, r.Collectors, max(r.Shards, 1), nats, r.Duration, r.ChaosSpan.Round(time.Second), r.Wall.Round(time.Second))
 	row("envs", "%s", strings.Join(r.Envs, ", "))
 	byKind := r.FaultsByKind()
 	var kills []string

@@ -25,37 +25,38 @@ import (
 )
 
 type cli struct {
-	Bin            string        `help:"Directory with the rollout, envworker, llmworker and collector binaries (default: build them from the module in the current directory)."`
-	Workdir        string        `help:"Directory for the NATS data, the process logs and report.txt (default: a temporary directory)."`
-	Keep           bool          `help:"Keep the workdir (it is always kept when the run finds a problem)."`
-	Episodes       int           `default:"2000" help:"Episodes to submit."`
-	Env            []string      `sep:"," default:"game:GuessTheNumber-v0,game:Sudoku-v0-easy,game:Game2048-v0-easy" help:"Env ids the episodes play, in turn (games played from their own instructions)."`
-	Seed           uint64        `default:"1" help:"Seed of the fault schedule, the victims, the down times and the episodes."`
-	Duration       time.Duration `default:"5m" help:"Chaos window: submissions are spread over it and the faults fall at random moments inside it."`
-	Timeout        time.Duration `default:"20m" help:"Longest wait for outcomes and for the fleet to settle after the window."`
-	Kinds          []string      `sep:"," help:"Inject only these kinds of fault: envworker,llmworker,collector,model,nats (SIGKILLs), pause, disk, forge, resubmit (default all)."`
-	KillsPerKind   int           `default:"20" help:"SIGKILLs per kind of process (env worker, LLM worker, collector, model server, NATS server or cluster node)."`
-	Pauses         int           `default:"10" help:"SIGSTOP/SIGCONT pauses of env workers, LLM workers and collectors."`
-	PauseMin       time.Duration `help:"Shortest pause (default 1.5 times --ack-wait)."`
-	PauseMax       time.Duration `help:"Longest pause (default 2.5 times --ack-wait)."`
-	DiskFills      int           `default:"4" help:"Times a NATS data disk (a tmpfs; needs root on Linux) fills and frees."`
-	DiskSizeMiB    int64         `name:"disk-size-mib" default:"3584" help:"Size of each NATS data tmpfs in MiB (JetStream must fit the streams' size limits, 2,304 MiB by default, into 75% of its free space)."`
-	DiskHold       time.Duration `default:"15s" help:"Longest time a disk stays full (each hold is drawn from half of it to all of it)."`
-	RecoverWait    time.Duration `default:"30s" help:"Time a NATS server gets after its disk is freed to serve JetStream again by itself before the harness restarts it."`
-	Forgeries      int           `default:"20" help:"Forged step events, each on its own live episode, cycling through the variants."`
-	Resubmits      int           `default:"20" help:"Episodes submitted a second time without a message id, alternately in flight and finished."`
-	Cluster        bool          `help:"Run a 3-node NATS cluster (streams of 3 replicas) instead of one server; nats kills hit its nodes."`
-	EnvWorkers     int           `default:"3" help:"Env worker processes."`
-	LLMWorkers     int           `default:"2" help:"LLM worker processes."`
-	ModelServers   int           `default:"2" help:"Stand-in model server processes (only the first is ever killed)."`
-	Collectors     int           `default:"2" help:"Collector processes on one durable: one active, the others hot standbys."`
-	Concurrency    int           `default:"128" help:"Episodes in flight per env worker."`
-	ModelLatency   time.Duration `default:"40ms" help:"Stand-in model's time per generated token, so episodes are in flight when faults land (negative: none)."`
-	MaxDown        time.Duration `default:"2s" help:"Longest pause between a kill and the restart."`
-	RequestTimeout time.Duration `default:"30s" help:"Pass --request-timeout to the env workers, if they take it."`
-	AckWait        time.Duration `default:"10s" help:"Pass --ack-wait to the env workers, if they take it; pauses last longer."`
-	Settle         time.Duration `help:"Least wait after the last fault before judging (default: the env workers' request timeout or ack wait, the longer, plus 30s)."`
-	Quiet          bool          `help:"Print only the final table."`
+	Bin             string        `help:"Directory with the rollout, envworker, llmworker and collector binaries (default: build them from the module in the current directory)."`
+	Workdir         string        `help:"Directory for the NATS data, the process logs and report.txt (default: a temporary directory)."`
+	Keep            bool          `help:"Keep the workdir (it is always kept when the run finds a problem)."`
+	Episodes        int           `default:"2000" help:"Episodes to submit."`
+	Env             []string      `sep:"," default:"game:GuessTheNumber-v0,game:Sudoku-v0-easy,game:Game2048-v0-easy" help:"Env ids the episodes play, in turn (games played from their own instructions)."`
+	Seed            uint64        `default:"1" help:"Seed of the fault schedule, the victims, the down times and the episodes."`
+	Duration        time.Duration `default:"5m" help:"Chaos window: submissions are spread over it and the faults fall at random moments inside it."`
+	Timeout         time.Duration `default:"20m" help:"Longest wait for outcomes and for the fleet to settle after the window."`
+	Kinds           []string      `sep:"," help:"Inject only these kinds of fault: envworker,llmworker,collector,model,nats (SIGKILLs), pause, disk, forge, resubmit (default all)."`
+	KillsPerKind    int           `default:"20" help:"SIGKILLs per kind of process (env worker, LLM worker, collector, model server, NATS server or cluster node)."`
+	Pauses          int           `default:"10" help:"SIGSTOP/SIGCONT pauses of env workers, LLM workers and collectors."`
+	PauseMin        time.Duration `help:"Shortest pause (default 1.5 times --ack-wait)."`
+	PauseMax        time.Duration `help:"Longest pause (default 2.5 times --ack-wait)."`
+	DiskFills       int           `default:"4" help:"Times a NATS data disk (a tmpfs; needs root on Linux) fills and frees."`
+	DiskSizeMiB     int64         `name:"disk-size-mib" default:"3584" help:"Size of each NATS data tmpfs in MiB (JetStream must fit the streams' size limits, 2,304 MiB by default, into 75% of its free space)."`
+	DiskHold        time.Duration `default:"15s" help:"Longest time a disk stays full (each hold is drawn from half of it to all of it)."`
+	RecoverWait     time.Duration `default:"30s" help:"Time a NATS server gets after its disk is freed to serve JetStream again by itself before the harness restarts it."`
+	Forgeries       int           `default:"20" help:"Forged step events, each on its own live episode, cycling through the variants."`
+	Resubmits       int           `default:"20" help:"Episodes submitted a second time without a message id, alternately in flight and finished."`
+	Cluster         bool          `help:"Run a 3-node NATS cluster (streams of 3 replicas) instead of one server; nats kills hit its nodes."`
+	EnvWorkers      int           `default:"3" help:"Env worker processes."`
+	LLMWorkers      int           `default:"2" help:"LLM worker processes."`
+	ModelServers    int           `default:"2" help:"Stand-in model server processes (only the first is ever killed)."`
+	Collectors      int           `default:"2" help:"Collector processes; on each shard's durable one is active, the others hot standbys."`
+	CollectorShards int           `default:"1" help:"Shards of the steps stream (1, 2, 4, 8 or 16): collector k runs --shard k%N/N."`
+	Concurrency     int           `default:"128" help:"Episodes in flight per env worker."`
+	ModelLatency    time.Duration `default:"40ms" help:"Stand-in model's time per generated token, so episodes are in flight when faults land (negative: none)."`
+	MaxDown         time.Duration `default:"2s" help:"Longest pause between a kill and the restart."`
+	RequestTimeout  time.Duration `default:"30s" help:"Pass --request-timeout to the env workers, if they take it."`
+	AckWait         time.Duration `default:"10s" help:"Pass --ack-wait to the env workers, if they take it; pauses last longer."`
+	Settle          time.Duration `help:"Least wait after the last fault before judging (default: the env workers' request timeout or ack wait, the longer, plus 30s)."`
+	Quiet           bool          `help:"Print only the final table."`
 }
 
 func main() {
@@ -81,7 +82,7 @@ func (c *cli) run() int {
 		Forgeries: none(c.Forgeries), Resubmits: none(c.Resubmits),
 		PauseMin: c.PauseMin, PauseMax: c.PauseMax, DiskSize: c.DiskSizeMiB << 20, DiskHold: c.DiskHold, RecoverWait: c.RecoverWait,
 		Seed: c.Seed, Duration: c.Duration, Timeout: c.Timeout, Cluster: c.Cluster,
-		EnvWorkers: c.EnvWorkers, LLMWorkers: c.LLMWorkers, ModelServers: c.ModelServers, Collectors: c.Collectors,
+		EnvWorkers: c.EnvWorkers, LLMWorkers: c.LLMWorkers, ModelServers: c.ModelServers, Collectors: c.Collectors, CollectorShards: c.CollectorShards,
 		Concurrency: c.Concurrency, ModelLatency: c.ModelLatency, MaxDown: c.MaxDown,
 		RequestTimeout: c.RequestTimeout, AckWait: c.AckWait, Settle: c.Settle, Progress: os.Stderr,
 	}
