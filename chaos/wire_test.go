@@ -79,7 +79,7 @@ func TestDecodeTrajectory(t *testing.T) {
 
 func TestDecodeFailureAndStep(t *testing.T) {
 	data, err := messages.Marshal(&messages.Failure{V: messages.Version, RunID: "run-1", EpisodeID: "ep", Kind: "invariant",
-		Reason: "why", Subject: "rf.steps.run-1.ep", Turn: 3, Time: 5, Payload: []byte{1, 2}})
+		Reason: "why", Subject: "rf.steps.run-1.1.1.5.13.ep", Turn: 3, Time: 5, Payload: []byte{1, 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestDecodeFailureAndStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (&Failure{V: 1, RunID: "run-1", EpisodeID: "ep", Kind: "invariant", Reason: "why", Subject: "rf.steps.run-1.ep", Turn: 3}); !reflect.DeepEqual(f, want) {
+	if want := (&Failure{V: 1, RunID: "run-1", EpisodeID: "ep", Kind: "invariant", Reason: "why", Subject: "rf.steps.run-1.1.1.5.13.ep", Turn: 3}); !reflect.DeepEqual(f, want) {
 		t.Errorf("failure %+v, want %+v", f, want)
 	}
 

@@ -175,7 +175,7 @@ func fixtureFailure() *messages.Failure {
 	return &messages.Failure{
 		V: messages.Version, RunID: "run-7", EpisodeID: "ep-0002", GroupID: "grp-03", Env: "game:GuessTheNumber-v0",
 		Kind: messages.FailureMalformed, Reason: "messages: decode StepEvent: malformed msgpack",
-		Subject: "rf.steps.run-7.ep-0002", Turn: 2, Time: 1_700_000_003_000_000_000, Payload: []byte{0xc1, 0xff, 0x00},
+		Subject: "rf.steps.run-7.1.1.5.13.ep-0002", Turn: 2, Time: 1_700_000_003_000_000_000, Payload: []byte{0xc1, 0xff, 0x00},
 		TraceID: "0af7651916cd43dd8448eb211c80319c",
 	}
 }

@@ -112,7 +112,7 @@ func sampleGroup() *Group {
 func sampleFailure() *Failure {
 	return &Failure{
 		V: Version, RunID: "run-7", EpisodeID: "ep-0001", GroupID: "grp-01", Env: "game:GuessTheNumber-v0",
-		Kind: FailureMalformed, Reason: "messages: decode StepEvent: malformed msgpack", Subject: "rf.steps.run-7.ep-0001",
+		Kind: FailureMalformed, Reason: "messages: decode StepEvent: malformed msgpack", Subject: "rf.steps.run-7.1.1.5.13.ep-0001",
 		Turn: 3, Time: 1_700_000_000_000_000_000, Payload: []byte{0xc1, 0x00},
 	}
 }

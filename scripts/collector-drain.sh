@@ -26,12 +26,15 @@ stop_all() {
   wait 2>/dev/null || true
   pids=()
 }
-trap 'stop_all; rm -rf "$bin" "$work"' EXIT INT TERM
+trap 'stop_all; rm -rf "$bin" "$work"' EXIT
+trap 'exit 130' INT TERM
 
-# stream_msgs STREAM prints how many messages the stream holds.
+# stream_msgs STREAM prints how many messages the stream holds, -1 when
+# the status cannot be read.
 stream_msgs() {
-  "$bin/rollout" status --nats "nats://$nats_addr" --json 2>/dev/null |
-    "$py" -c 'import json,sys; d=json.load(sys.stdin); print(next((s["messages"] for s in d["streams"] if s["name"]==sys.argv[1]), -1))' "$1"
+  { "$bin/rollout" status --nats "nats://$nats_addr" --json 2>/dev/null |
+    "$py" -c 'import json,sys; d=json.load(sys.stdin); print(next((s["messages"] for s in d["streams"] if s["name"]==sys.argv[1]), -1))' "$1" 2>/dev/null; } ||
+    echo -1
 }
 
 cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.2f", ($14+$15)/t}' "/proc/$1/stat"; }

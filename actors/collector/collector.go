@@ -608,7 +608,7 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 			f.GroupID, f.Env = p.req.GroupID, p.req.Env
 		}
 		p.outcome = &outcome{failure: f}
-		won, err := c.claim(ctx, run, id, malformedRun, messages.FailureMalformed)
+		won, _, err := c.claim(ctx, run, id, malformedRun, messages.FailureMalformed)
 		if err == nil && won {
 			err = c.store(ctx, id, p)
 		}
@@ -631,6 +631,10 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 	}
 	c.count(func(s *Stats) { s.Malformed++ })
 	c.settle(m, nil, true)
+	// Nothing reads it again: it goes like a decided episode's late step.
+	if meta, err := m.Metadata(); err == nil {
+		c.deleteSteps([]uint64{meta.Sequence.Stream})
+	}
 }
 
 // settle acks a message whose effect is durable, or hands it back when
@@ -674,11 +678,19 @@ func (c *Collector) record(ctx context.Context, id, run string, p *partial) erro
 			out.traj = nil
 		}
 	}
-	won, err := c.claim(ctx, p.runID(), id, run, out.kind())
+	won, winner, err := c.claim(ctx, p.runID(), id, run, out.kind())
 	if err != nil {
 		return err
 	}
-	if !won {
+	switch {
+	case !won && winner == malformedRun:
+		// A malformed message decided the episode, maybe on another slot's
+		// subject (another shard's) whose purge left this run's steps:
+		// its outcome needs none of them, so they go as a decided
+		// episode's do.
+		c.finish(id)
+		return nil
+	case !won:
 		c.forget(id)
 		return nil
 	}
@@ -826,29 +838,30 @@ const maxHeaderRoom = 1024
 // claim stores the episode's decision for run, on the condition that no
 // decision is stored yet, and reports whether the decision is run's: stored
 // now, by an earlier try of this call, or by another collector deciding for
-// the same run.
-func (c *Collector) claim(ctx context.Context, runID, id, run, kind string) (bool, error) {
+// the same run. When it is not, winner is the run the decision names.
+func (c *Collector) claim(ctx context.Context, runID, id, run, kind string) (won bool, winner string, err error) {
 	subject := c.opts.Subjects.Decided(runID, id)
 	msg := &nats.Msg{Subject: subject, Header: nats.Header{
 		messages.DecisionHeader: []string{kind}, messages.DecisionRunHeader: []string{run},
 	}}
-	err := bus.Retry(ctx, func(ctx context.Context) error {
+	err = bus.Retry(ctx, func(ctx context.Context) error {
 		_, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id+"/"+run), jetstream.WithExpectLastSequencePerSubject(0))
 		return err
 	})
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
-		return true, nil
+		return true, run, nil
 	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 		raw, err := c.decision(ctx, runID, id)
-		if err != nil {
-			return false, err
+		if err != nil || raw == nil {
+			return false, "", err
 		}
-		return raw != nil && raw.Header.Get(messages.DecisionRunHeader) == run, nil
+		winner = raw.Header.Get(messages.DecisionRunHeader)
+		return winner == run, winner, nil
 	}
-	return false, fmt.Errorf("decide episode %s: %w", id, err)
+	return false, "", fmt.Errorf("decide episode %s: %w", id, err)
 }
 
 // decision returns the episode's stored decision, or nil when there is none.

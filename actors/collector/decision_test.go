@@ -134,7 +134,7 @@ func TestDecisionWithoutOutcome(t *testing.T) {
 	f.publish(t, append(steps, failed)...)
 	ctx := context.Background()
 	dead := f.idle(t)
-	if won, err := dead.claim(ctx, want.RunID, want.EpisodeID, keyOf(steps[2]).String(), "trajectory"); err != nil || !won {
+	if won, _, err := dead.claim(ctx, want.RunID, want.EpisodeID, keyOf(steps[2]).String(), "trajectory"); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	msgs := f.deliveries(t, 4)

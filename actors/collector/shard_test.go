@@ -160,3 +160,49 @@ func TestRunRefusesBadShard(t *testing.T) {
 		t.Errorf("Run: %v, want ErrBadShard", err)
 	}
 }
+
+// A malformed message on the subject of another shard decides an episode
+// whose honest steps are in this one: this shard's collector then deletes
+// those steps as a decided episode's, and the message itself goes too.
+func TestMalformedInAnotherShard(t *testing.T) {
+	f := newFixture(t, bus.ServerOptions{})
+	var colls []*running
+	for i := range 2 {
+		colls = append(colls, f.start(t, Options{Shard: Shard{Index: i, Count: 2}}))
+	}
+	req := request("split", "split-group", 0, 1)
+	other := "other-group"
+	for i := 0; messages.StepSlot(other)%2 == messages.StepSlot(req.GroupID)%2; i++ {
+		other = fmt.Sprintf("other-group-%d", i)
+	}
+	first := oneTurn(req, 0)
+	first.Done = false
+	last := oneTurn(req, 1)
+	last.Turn, last.Episode, last.PromptTokens = 1, nil, nil
+	f.publish(t, first)
+	f.publishRaw(t, f.subj.Steps(req.RunID, other, req.EpisodeID), []byte("garbage"))
+	malformed := func() uint64 { return colls[0].Stats().Malformed + colls[1].Stats().Malformed }
+	bustest.CheckFor(t, waitTimeout, 5*time.Millisecond, func() error {
+		if n := malformed(); n != 1 {
+			return fmt.Errorf("%d malformed", n)
+		}
+		return nil
+	})
+	f.publish(t, last)
+	// A second malformed message of the decided episode is recorded alone.
+	f.publishRaw(t, f.subj.Steps(req.RunID, other, req.EpisodeID), []byte("more garbage"))
+	bustest.CheckFor(t, waitTimeout, 5*time.Millisecond, func() error {
+		st, err := f.js.Stream(context.Background(), f.subj.StreamSteps())
+		if err != nil {
+			return err
+		}
+		if n := st.CachedInfo().State.Msgs; n != 0 || malformed() != 2 {
+			return fmt.Errorf("%d steps stored, %d malformed", n, malformed())
+		}
+		return nil
+	})
+	out := f.outputs(t)
+	if len(out.trajs) != 0 || len(out.failures) != 2 || out.failures[0].EpisodeID != "split" || out.failures[1].EpisodeID != "" {
+		t.Errorf("%d trajectories, failures %s", len(out.trajs), describe(out.failures))
+	}
+}

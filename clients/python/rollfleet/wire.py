@@ -754,7 +754,8 @@ def decode_failure(data: bytes | bytearray | memoryview, *, backend: Backend = "
 
 
 def decode_step(data: bytes | bytearray | memoryview, *, backend: Backend = "pure") -> Message:
-    """Decodes a StepEvent (``<prefix>.steps.<run>.<episode>``); ``episode`` is the
+    """Decodes a StepEvent (``<prefix>.steps.<run>.<slot%2>.<slot%4>.<slot%8>.<slot%16>.<episode>``,
+    the slot of the episode's group, see :func:`step_slot`); ``episode`` is the
     EpisodeRequest on turn 0 (as :func:`decode_episode_request` returns it) and None otherwise."""
     return _decode(_STEP_EVENT, data, backend)
 
@@ -788,6 +789,27 @@ _SUBJECT_KINDS: Final = {
 }
 
 
+# A steps subject carries its group's slot at each power of two up to this many slots.
+MAX_STEP_SHARDS: Final = 16
+_SLOT_LEVELS: Final = 4
+
+
+def step_slot(group_id: str) -> int:
+    """The slot of a group's steps: the 32-bit FNV-1a hash of the group id modulo 16. Collector
+    shard ``i/N`` assembles the groups whose slot modulo N is i."""
+    h = 0x811C9DC5
+    for b in group_id.encode():
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h % MAX_STEP_SHARDS
+
+
+def _slot_tokens(slot: int) -> list[str]:
+    return [str(slot % (1 << k)) for k in range(1, _SLOT_LEVELS + 1)]
+
+
+_SLOTS: Final = {str(slot): slot for slot in range(MAX_STEP_SHARDS)}
+
+
 class SubjectInfo(NamedTuple):
     """What a rollfleet subject names."""
 
@@ -808,11 +830,16 @@ def parse_subject(subject: str) -> SubjectInfo:
     toks = subject.split(".")
     if len(toks) >= 3 and toks[-2:] == ["control", "policy"]:
         return SubjectInfo(".".join(toks[:-2]), "policy_state", None, None)
-    # Run and name are escaped into single tokens, so the kind is always the third from the end.
-    if len(toks) >= 4:
+    # Run and name are escaped into single tokens, so the kind is the third from the end, but for
+    # steps, whose four slot tokens come between run and episode.
+    if len(toks) >= 4 and toks[-3] != "steps":
         kind = "decision" if toks[-3] == "decided" else _SUBJECT_KINDS.get(toks[-3])
         if kind is not None:
             return SubjectInfo(".".join(toks[:-3]), kind, parse_token(toks[-2]), parse_token(toks[-1]))
+    if len(toks) >= 8 and toks[-7] == "steps":
+        slot = _SLOTS.get(toks[-2])
+        if slot is not None and toks[-5:-1] == _slot_tokens(slot):
+            return SubjectInfo(".".join(toks[:-7]), "step", parse_token(toks[-6]), parse_token(toks[-1]))
     raise WireError(f"{subject!r} is not a subject of a rollfleet stream")
 
 

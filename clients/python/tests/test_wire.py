@@ -155,7 +155,8 @@ class FixtureTest(unittest.TestCase):
             "rf.trajectories.run-7.math:gsm8k": ("rf", "trajectory", "run-7", "math:gsm8k"),
             "a.b.groups.%.env": ("a.b", "group", "", "env"),
             "rf.failures.run/7%20%CE%B1.stale": ("rf", "failure", "run/7 α", "stale"),
-            "rf.steps.r.ep%2E1": ("rf", "step", "r", "ep.1"),
+            "rf.steps.r.1.1.5.13.ep%2E1": ("rf", "step", "r", "ep.1"),
+            "a.b.steps.%.0.2.6.6.e": ("a.b", "step", "", "e"),
             "rf.episodes.r.e": ("rf", "episode_request", "r", "e"),
             "rf.decided.r.ep": ("rf", "decision", "r", "ep"),
             "x.control.policy": ("x", "policy_state", None, None),
@@ -163,11 +164,22 @@ class FixtureTest(unittest.TestCase):
         for subject, want in cases.items():
             with self.subTest(subject=subject):
                 self.assertEqual(tuple(wire.parse_subject(subject)), want)
-        for bad in ["rf.llm.generate", "rf.trajectories.r", "rf.steps.r.a%2", "rf.steps.r.a.b", "rf.control.workers"]:
+        bad_subjects = [
+            "rf.llm.generate", "rf.trajectories.r", "rf.steps.r.a%2", "rf.steps.r.a.b", "rf.control.workers",
+            "rf.steps.r.ep", "rf.steps.r.1.1.5.13.a%2", "rf.steps.r.1.3.5.13.e", "rf.steps.r.1.3.5.16.e",
+            "rf.steps.r.1.3.5.013.e", "rf.steps.r.1.1.1.1.1.e",
+        ]
+        for bad in bad_subjects:
             with self.subTest(subject=bad), self.assertRaises(wire.WireError):
                 wire.kind_of(bad)
         with self.assertRaises(wire.WireError):
             wire.decode("rf.decided.r.ep", b"")
+
+    def test_step_slot(self) -> None:
+        # The slots rollfleet's Go side computes (messages.StepSlot).
+        for group, slot in {"g": 6, "math.gsm8k/17": 10, "run-1/ep 1": 15}.items():
+            with self.subTest(group=group):
+                self.assertEqual(wire.step_slot(group), slot)
 
     def test_token(self) -> None:
         cases = {"": "%", "ep-1": "ep-1", "a.b": "a%2Eb", "*": "%2A", "a b>%": "a%20b%3E%25", "α": "%CE%B1"}
