@@ -548,9 +548,11 @@ func (c *Collector) decide(ctx context.Context, subject string, key runKey, s st
 	if err != nil {
 		return nil, err
 	}
-	if d != nil && d.Header.Get(messages.DecisionRunHeader) != key.String() {
-		c.cache.drop(id)
-		return nil, nil
+	if d != nil {
+		if winner := d.Header.Get(messages.DecisionRunHeader); winner != key.String() {
+			c.lostTo(id, winner)
+			return nil, nil
+		}
 	}
 	ep, err := c.readEpisode(ctx, subject, id)
 	if err != nil {
@@ -579,6 +581,18 @@ func (c *Collector) decide(ctx context.Context, subject string, key runKey, s st
 // stored from that run's terminal step, here or there.
 func (c *Collector) finish(id string) {
 	c.finished.add(id)
+	c.forget(id)
+}
+
+// lostTo forgets an episode that another run, winner, decided. A malformed
+// message's decision needs none of the episode's steps, which then go as a
+// decided episode's do: the message may have come on another slot's subject
+// (another shard's), whose purge left the steps on this one.
+func (c *Collector) lostTo(id, winner string) {
+	if winner == malformedRun {
+		c.finish(id)
+		return
+	}
 	c.forget(id)
 }
 
@@ -682,16 +696,8 @@ func (c *Collector) record(ctx context.Context, id, run string, p *partial) erro
 	if err != nil {
 		return err
 	}
-	switch {
-	case !won && winner == malformedRun:
-		// A malformed message decided the episode, maybe on another slot's
-		// subject (another shard's) whose purge left this run's steps:
-		// its outcome needs none of them, so they go as a decided
-		// episode's do.
-		c.finish(id)
-		return nil
-	case !won:
-		c.forget(id)
+	if !won {
+		c.lostTo(id, winner)
 		return nil
 	}
 	return c.store(ctx, id, p)

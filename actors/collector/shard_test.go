@@ -163,8 +163,17 @@ func TestRunRefusesBadShard(t *testing.T) {
 
 // A malformed message on the subject of another shard decides an episode
 // whose honest steps are in this one: this shard's collector then deletes
-// those steps as a decided episode's, and the message itself goes too.
+// those steps as a decided episode's, and the message itself goes too;
+// also when the collector that ends the episode is a successor that holds
+// none of its earlier steps (it finds the decision instead of losing the
+// claim).
 func TestMalformedInAnotherShard(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) { testMalformedInAnotherShard(t, restart) })
+	}
+}
+
+func testMalformedInAnotherShard(t *testing.T, restart bool) {
 	f := newFixture(t, bus.ServerOptions{})
 	var colls []*running
 	for i := range 2 {
@@ -180,6 +189,12 @@ func TestMalformedInAnotherShard(t *testing.T) {
 	last := oneTurn(req, 1)
 	last.Turn, last.Episode, last.PromptTokens = 1, nil, nil
 	f.publish(t, first)
+	if restart {
+		home := messages.StepSlot(req.GroupID) % 2
+		f.settled(t, Shard{Index: home, Count: 2}.Consumer("collector"))
+		colls[home].stop()
+		colls[home] = f.start(t, Options{Shard: Shard{Index: home, Count: 2}})
+	}
 	f.publishRaw(t, f.subj.Steps(req.RunID, other, req.EpisodeID), []byte("garbage"))
 	malformed := func() uint64 { return colls[0].Stats().Malformed + colls[1].Stats().Malformed }
 	bustest.CheckFor(t, waitTimeout, 5*time.Millisecond, func() error {
