@@ -269,7 +269,7 @@ func (c *Config) check() error {
 			return fmt.Errorf("chaos: binary %s: %w", b, err)
 		}
 	}
-	if _, err := collector.ParseShard(fmt.Sprintf("0/%d", c.CollectorShards)); err != nil {
+	if err := (collector.Shard{Count: c.CollectorShards}).Validate(); err != nil {
 		return fmt.Errorf("chaos: CollectorShards: %w", err)
 	}
 	if c.Collectors < c.CollectorShards {
@@ -709,10 +709,11 @@ func (h *harness) lastSeqs(ctx context.Context) ([3]uint64, error) {
 func (h *harness) quiescent(ctx context.Context) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	consumers := []struct{ stream, durable string }{{h.subj.StreamEpisodes(), "envworker"}}
+	type consumer struct{ stream, durable string }
+	consumers := []consumer{{h.subj.StreamEpisodes(), "envworker"}}
 	for i := range h.cfg.CollectorShards {
 		shard := collector.Shard{Index: i, Count: h.cfg.CollectorShards}
-		consumers = append(consumers, struct{ stream, durable string }{h.subj.StreamSteps(), shard.Consumer("collector")})
+		consumers = append(consumers, consumer{h.subj.StreamSteps(), shard.Consumer("collector")})
 	}
 	for _, c := range consumers {
 		cons, err := h.js.Consumer(ctx, c.stream, c.durable)

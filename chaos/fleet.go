@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/actors/collector"
 )
 
 // Readiness markers the fleet's processes print.
@@ -107,8 +109,8 @@ func (h *harness) startFleet(ctx context.Context) error {
 		h.envws = append(h.envws, p)
 	}
 	for i := range h.cfg.Collectors {
-		shard := fmt.Sprintf("%d/%d", i%h.cfg.CollectorShards, h.cfg.CollectorShards)
-		p := h.newProc(KindCollector, fmt.Sprintf("collector-%d", i+1), "collector", append(slices.Clone(h.fleetFlags), "--shard", shard)...)
+		shard := collector.Shard{Index: i % h.cfg.CollectorShards, Count: h.cfg.CollectorShards}
+		p := h.newProc(KindCollector, fmt.Sprintf("collector-%d", i+1), "collector", append(slices.Clone(h.fleetFlags), "--shard", shard.String())...)
 		p.ready = logLine(collectorReady)
 		h.colls = append(h.colls, p)
 	}

@@ -135,20 +135,20 @@ func (s Subjects) Steps(run, group, episode string) string {
 }
 
 func (s Subjects) stepsIn(run string, slot int, episode string) string {
-	return s.subject("steps", Token(run)+"."+slotTokens(slot)+"."+Token(episode))
+	return s.subject("steps", Token(run)+"."+slotTokens[slot]+"."+Token(episode))
 }
 
-// slotTokens are a steps subject's shard tokens for slot: the slot modulo 2, 4, 8 and 16.
-func slotTokens(slot int) string {
-	var b strings.Builder
-	for k := 1; k <= stepShardLevels; k++ {
-		if k > 1 {
-			b.WriteByte('.')
+// slotTokens are a steps subject's shard tokens for each slot: the slot modulo 2, 4, 8 and 16.
+var slotTokens = func() (toks [MaxStepShards]string) {
+	for slot := range toks {
+		levels := make([]string, stepShardLevels)
+		for k := range levels {
+			levels[k] = strconv.Itoa(slot % (2 << k))
 		}
-		b.WriteString(strconv.Itoa(slot % (1 << k)))
+		toks[slot] = strings.Join(levels, ".")
 	}
-	return b.String()
-}
+	return toks
+}()
 
 // StepsAll matches the StepEvents of every episode.
 func (s Subjects) StepsAll() string { return s.subject("steps", ">") }
@@ -158,12 +158,20 @@ func (s Subjects) StepsOfEpisode(run, episode string) string {
 	return s.subject("steps", Token(run)+strings.Repeat(".*", stepShardLevels)+"."+Token(episode))
 }
 
-// StepsOfShard matches the StepEvents of shard index of count, of every run: those whose
-// slot modulo count is index. Count is a power of two from 1 to MaxStepShards and index is
-// below it; StepsOfShard panics otherwise.
-func (s Subjects) StepsOfShard(index, count int) string {
+// ValidateShard reports whether index of count names a part of the steps stream: count a
+// power of two from 1 to MaxStepShards, index from 0 below it.
+func ValidateShard(index, count int) error {
 	if count < 1 || count > MaxStepShards || count&(count-1) != 0 || index < 0 || index >= count {
-		panic(fmt.Sprintf("messages: no shard %d of %d", index, count))
+		return fmt.Errorf("messages: no shard %d of %d (an index from 0 below a count of 1, 2, 4, 8 or %d)", index, count, MaxStepShards)
+	}
+	return nil
+}
+
+// StepsOfShard matches the StepEvents of shard index of count, of every run: those whose
+// slot modulo count is index. It panics when ValidateShard refuses the shard.
+func (s Subjects) StepsOfShard(index, count int) string {
+	if err := ValidateShard(index, count); err != nil {
+		panic(err)
 	}
 	if count == 1 {
 		return s.StepsAll()
@@ -186,7 +194,7 @@ func (s Subjects) ParseSteps(subject string) (run string, slot int, episode stri
 	// Only the form Steps writes: the slot's last token, no other spelling, and every
 	// level's token the slot modulo the level's count.
 	slot, err = strconv.Atoi(toks[stepShardLevels])
-	if err != nil || slot < 0 || slot >= MaxStepShards || slotTokens(slot) != strings.Join(toks[1:stepShardLevels+1], ".") {
+	if err != nil || slot < 0 || slot >= MaxStepShards || slotTokens[slot] != strings.Join(toks[1:stepShardLevels+1], ".") {
 		return run, 0, "", fmt.Errorf("messages: %q names no step slot", subject)
 	}
 	if episode, err = ParseToken(toks[stepShardLevels+1]); err != nil {

@@ -296,7 +296,7 @@ const pinGroup = "collector"
 // Run consumes step events until ctx is cancelled. Outcomes being recorded
 // then are still published before Run returns.
 func (c *Collector) Run(ctx context.Context) error {
-	if err := c.opts.Shard.validate(); err != nil {
+	if err := c.opts.Shard.Validate(); err != nil {
 		return err
 	}
 	var (

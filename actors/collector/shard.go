@@ -32,18 +32,20 @@ func ParseShard(s string) (Shard, error) {
 		return Shard{}, fmt.Errorf("%w: %q is not index/count", ErrBadShard, s)
 	}
 	sh := Shard{Index: index, Count: count}
-	return sh, sh.validate()
+	return sh, sh.Validate()
 }
 
 // String writes the shard as ParseShard reads it.
 func (s Shard) String() string { return fmt.Sprintf("%d/%d", s.Index, max(s.Count, 1)) }
 
-func (s Shard) validate() error {
+// Validate reports a shard that is neither the zero value nor one that
+// messages.ValidateShard accepts, as ErrBadShard.
+func (s Shard) Validate() error {
 	if s == (Shard{}) {
 		return nil
 	}
-	if s.Count < 1 || s.Count > messages.MaxStepShards || s.Count&(s.Count-1) != 0 || s.Index < 0 || s.Index >= s.Count {
-		return fmt.Errorf("%w: %d/%d (an index from 0 below a count of 1, 2, 4, 8 or %d)", ErrBadShard, s.Index, s.Count, messages.MaxStepShards)
+	if err := messages.ValidateShard(s.Index, s.Count); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadShard, err)
 	}
 	return nil
 }

@@ -83,7 +83,8 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	// unacknowledged delivery with the message's publish time, so an episode
 	// queued for longer than AckWait would be handed out again right away.
 	_ = msg.InProgress()
-	ep := &episode{w: w, req: req, msg: msg, halt: halt, attempt: 1, started: start, turnStart: start}
+	ep := &episode{w: w, req: req, msg: msg, halt: halt, attempt: 1, started: start, turnStart: start,
+		steps: w.opts.Subjects.Steps(req.RunID, req.GroupID, req.EpisodeID)}
 	meta, err := msg.Metadata()
 	if err == nil {
 		ep.attempt = int32(min(meta.NumDelivered, 1<<30))
@@ -267,6 +268,8 @@ type episode struct {
 	request uint64
 	// nonce is this delivery's (StepEvent.Run).
 	nonce string
+	// steps is the subject of the episode's steps.
+	steps string
 	// resumed counts the moves of this episode between workers.
 	resumed int32
 	// metrics receives the delivery's events; lastReason is the finish
@@ -722,7 +725,7 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 	ev.Request, ev.Run, ev.RunID = e.request, e.nonce, e.req.RunID
 	id := messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn) + "/error"
 	return e.store(ctx, "record the episode's failure", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.GroupID, e.req.EpisodeID), ev, id, e.traceparent)
+		return e.w.publish(ctx, e.steps, ev, id, e.traceparent)
 	})
 }
 
@@ -732,7 +735,7 @@ func (e *episode) publishFailure(ctx context.Context, cause error) error {
 func (e *episode) publishStep(ctx context.Context, ev *messages.StepEvent) error {
 	ev.Request, ev.Run, ev.RunID, ev.TraceID = e.request, e.nonce, e.req.RunID, e.req.TraceID
 	err := e.store(ctx, "store a step", func(ctx context.Context) error {
-		return e.w.publish(ctx, e.w.opts.Subjects.Steps(e.req.RunID, e.req.GroupID, e.req.EpisodeID), ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn), e.traceparent)
+		return e.w.publish(ctx, e.steps, ev, messages.StepMsgID(e.req.EpisodeID, e.nonce, ev.Turn), e.traceparent)
 	})
 	if errors.Is(err, bus.ErrTooLarge) || errors.Is(err, messages.ErrTooLarge) {
 		return fmt.Errorf("%w: step %d: %v", errEpisode, ev.Turn, err)

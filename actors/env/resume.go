@@ -26,13 +26,13 @@ func (e *episode) loadPriorRun(ctx context.Context) (*priorRun, error) {
 	var prior *priorRun
 	err := e.store(ctx, "read the episode's stored steps", func(ctx context.Context) error {
 		var err error
-		prior, err = e.w.loadPriorRun(ctx, e.req.RunID, e.req.GroupID, e.req.EpisodeID, e.request)
+		prior, err = e.w.loadPriorRun(ctx, e.req.RunID, e.req.EpisodeID, e.steps, e.request)
 		return err
 	})
 	return prior, err
 }
 
-// loadPriorRun reads the episode's stored steps. Of the runs of the given
+// loadPriorRun reads the episode's steps stored on subject. Of the runs of the given
 // request (the episodes-stream sequence of this submission; another
 // submission of the same episode id is another request, which this one
 // must not continue) it keeps the one with the longest contiguous turns
@@ -41,7 +41,7 @@ func (e *episode) loadPriorRun(ctx context.Context) (*priorRun, error) {
 // terminal step or an error (the collector then decides from it). Steps of
 // other requests, and attempts above messages.MaxAttempts, decide nothing
 // here: a forged step can waste a run, never lose an episode.
-func (w *Worker) loadPriorRun(ctx context.Context, runID, group, id string, request uint64) (*priorRun, error) {
+func (w *Worker) loadPriorRun(ctx context.Context, runID, id, subject string, request uint64) (*priorRun, error) {
 	decisions, err := w.js.Stream(ctx, w.opts.Subjects.StreamDecided())
 	if err != nil {
 		return nil, fmt.Errorf("decisions stream: %w", err)
@@ -64,7 +64,6 @@ func (w *Worker) loadPriorRun(ctx context.Context, runID, group, id string, requ
 		turns map[int32]*messages.StepEvent
 		last  uint64 // stream sequence of its latest step
 	}
-	subject := w.opts.Subjects.Steps(runID, group, id)
 	runs := map[key]*storedRun{}
 	decided := false
 	for seq := uint64(1); ; {

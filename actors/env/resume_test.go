@@ -387,7 +387,7 @@ func TestLoadPriorRun(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			run, err := f.worker.loadPriorRun(context.Background(), "run-e", id, id, 0)
+			run, err := f.worker.loadPriorRun(context.Background(), "run-e", id, f.subj.Steps("run-e", id, id), 0)
 			switch {
 			case err != nil:
 				t.Fatal(err)
