@@ -30,22 +30,11 @@ func TestAuthConfEnvWorkerJudge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- jw.Run(wctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	select {
-	case <-jw.Ready():
-	case err := <-done:
-		t.Fatalf("judge's LLM worker stopped: %v", err)
-	case <-ctx.Done():
-		t.Fatal("judge's LLM worker not ready")
+	stop, err := jw.Start(ctx)
+	if err != nil {
+		t.Fatalf("judge's LLM worker: %v (%q)", err, log.Lines())
 	}
+	t.Cleanup(stop)
 	ask := func(subject string, req any) []byte {
 		t.Helper()
 		data, err := messages.Marshal(req)
@@ -73,6 +62,11 @@ func TestAuthConfEnvWorkerJudge(t *testing.T) {
 	// seconds; a refusal shows in the connection's error log.
 	if err := nc.FlushWithContext(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The log gets a refusal through the connection's callback queue,
+	// maybe after the flush; the connection's last error is set before.
+	if err := nc.LastError(); err != nil {
+		t.Fatalf("refused: %v", err)
 	}
 	if lines := log.Lines(); len(lines) > 0 {
 		t.Fatalf("refused: %q", lines)

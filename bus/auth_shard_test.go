@@ -29,7 +29,7 @@ func testAuthConfShard(t *testing.T, shard collector.Shard) {
 	defer cancel()
 	url, adminJS := startAuthStreams(t, ctx, subj)
 
-	_, colJS, log := connectAs(t, url, "collector")
+	colNC, colJS, log := connectAs(t, url, "collector")
 	coll := collector.New(colJS, collector.Options{Shard: shard, Logger: slog.New(slog.DiscardHandler)})
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -70,6 +70,9 @@ func testAuthConfShard(t *testing.T, shard collector.Shard) {
 	})
 	if _, err := adminJS.Consumer(ctx, subj.StreamSteps(), shard.Consumer("collector")); err != nil {
 		t.Errorf("shard's consumer: %v", err)
+	}
+	if err := colNC.LastError(); err != nil {
+		t.Fatalf("refused: %v", err)
 	}
 	if lines := log.Lines(); len(lines) > 0 {
 		t.Fatalf("refused: %q", lines)

@@ -24,6 +24,9 @@ func FuzzDecodeCompletion(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range malformedReplies {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := decodeCompletion(data)
 		if err != nil {

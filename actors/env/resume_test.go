@@ -136,6 +136,13 @@ func resumeHarness(t *testing.T, s *server.Server, modelURL string) (jetstream.J
 		})
 	}
 	start(lw.Run)
+	// No episode asks before the LLM worker listens (a test's silent tap
+	// must not stand in for it).
+	select {
+	case <-lw.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the LLM worker is not ready")
+	}
 	start(coll.Run)
 	return js, coll, ctx, start
 }

@@ -168,7 +168,7 @@ func (w *Worker) Stats() Stats {
 }
 
 // Ready is closed once Run's subscriptions are registered with the server.
-// A process that starts its own env worker waits for it: any other
+// A process that starts an env worker beside it waits for it: any other
 // subscriber of a request subject (a tap, a monitor) would otherwise hide
 // the missing responder, and a request sent too early would wait out its
 // whole timeout instead of failing at once with no responders.
@@ -199,7 +199,8 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 		return stop, nil
 	case <-finished:
 		cancel()
-		return nil, fmt.Errorf("llm: the worker stopped before it was ready: %w", cmp.Or(runErr, errors.New("no error")))
+		// Run returns nil only once its context ends, which here it has not.
+		return nil, fmt.Errorf("llm: the worker stopped before it was ready: %w", runErr)
 	case <-ctx.Done():
 		stop()
 		return nil, ctx.Err()
@@ -313,7 +314,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		subscriptions = append(subscriptions, s)
 	}
 	wg.Go(func() { w.announceReady(ctx) })
-	w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight, "adaptive", w.opts.MaxInFlight == 0)
 
 	wg.Go(func() { w.healthLoop(ctx) })
 	if w.opts.MaxInFlight == 0 {
@@ -340,14 +340,16 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // announceReady closes w.ready once a flush shows that the server has
 // processed the subscriptions; a failed flush (the connection is down and
-// the subscriptions wait for the reconnect) is tried again.
+// the subscriptions wait for the reconnect) is tried again, unless the
+// connection is closed for good.
 func (w *Worker) announceReady(ctx context.Context) {
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !w.nc.IsClosed() {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := w.nc.FlushWithContext(fctx)
 		cancel()
 		if err == nil {
 			w.readyOnce.Do(func() { close(w.ready) })
+			w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight, "adaptive", w.opts.MaxInFlight == 0)
 			return
 		}
 		select {
