@@ -306,12 +306,12 @@ func taskNumbers(rows []DatasetRow) []int32 {
 	return tasks
 }
 
-// Indices returns the NeMo Gym task and rollout index of episode idx. The
+// indices returns the NeMo Gym task and rollout index of episode idx. The
 // rows are used in turn, each for NSamples episodes, and a task's rollouts
 // are numbered in that order, as NeMo Gym's repeats are (aabbcc): no two
 // episodes share a (task, rollout) pair, however often rows recur. Without a
 // dataset every group is a task of its own.
-func (p *Plan) Indices(idx int) (task, rollout int32) {
+func (p *Plan) indices(idx int) (task, rollout int32) {
 	n := p.opts.NSamples
 	g, i := idx/n, idx%n
 	if len(p.rows) == 0 {
@@ -369,7 +369,7 @@ func (p *Plan) Request(idx int) (*messages.EpisodeRequest, error) {
 	if style == "" {
 		style = opts.ObsStyle
 	}
-	task, rollout := p.Indices(idx)
+	task, rollout := p.indices(idx)
 	var envOpts []byte
 	if spec, err := envs.Lookup(row.Env); err == nil && spec.Family == envs.MathFamily {
 		envOpts = mathEnvOptions(opts.MathJudge, opts.MathStrict)

@@ -46,9 +46,10 @@ type Batch struct {
 	Decided func(ctx context.Context, n int64) error
 	// Unlisted submits without storing a manifest or making consumers: the
 	// batch is not listed by Batches and Status, and its records are read
-	// with Consume only, which makes the consumer of each kind read (start
-	// it before submitting). rollout run's jobs are unlisted; they keep
-	// their own manifest for --resume.
+	// with Consume only, which makes the consumer of each kind read on the
+	// streams the caller made (start it before submitting: SubmitBatch does
+	// not check the streams of an unlisted batch). rollout run's jobs are
+	// unlisted; they keep their own manifest for --resume.
 	Unlisted bool
 }
 
@@ -141,8 +142,10 @@ func (c *Client) SubmitBatch(ctx context.Context, b Batch) (Submitted, error) {
 	if err != nil {
 		return Submitted{}, err
 	}
-	if err := c.ensureStreams(ctx, !b.Unlisted); err != nil {
-		return Submitted{}, err
+	if !b.Unlisted {
+		if err := c.ensureStreams(ctx); err != nil {
+			return Submitted{}, err
+		}
 	}
 	st, err := c.State(ctx)
 	if err != nil {
@@ -231,12 +234,11 @@ func checkBatchID(id string) error {
 	return nil
 }
 
-// ensureStreams creates the fleet's streams that are missing (the batches
-// stream on a fleet made before it existed, say); batches asks for the
-// batches stream.
-func (c *Client) ensureStreams(ctx context.Context, batches bool) error {
+// ensureStreams creates the fleet's streams that are missing, the batches
+// stream among them (on a fleet made before it existed, say).
+func (c *Client) ensureStreams(ctx context.Context) error {
 	opts := c.opts.Streams
-	opts.Batches = opts.Batches || batches
+	opts.Batches = true
 	err := bus.EnsureStreams(ctx, c.js, c.subj, opts)
 	if errors.Is(err, bus.ErrStreamMismatch) {
 		c.log.Warn("streams left as they are", "err", err)
@@ -519,6 +521,8 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, idx [
 			msg: bus.TracedMsg(c.subj.Episodes(q.RunID, q.Env), data, messages.Traceparent(q.TraceID, messages.NewSpanID()))}
 		p.ack, err = c.js.PublishMsgAsync(p.msg, jetstream.WithMsgID(p.id))
 		if err != nil {
+			// Published again below, with bus.PublishMsg's retries.
+			c.log.Debug("episode publish retried", "episode", p.id, "err", err)
 			p.ack = nil
 		}
 		batch = append(batch, p)
