@@ -196,6 +196,9 @@ func (w *storeWatch) check(now time.Time) {
 	}
 }
 
+// jetStreamDisabled is the fault while the server has JetStream off.
+const jetStreamDisabled = "JetStream is disabled (the server shuts it down when a store write fails)"
+
 // diagnose reports what keeps the store from taking writes, if anything.
 // limit is set when the fault is JetStream's own store limit; ready is
 // false while the fault must not be acted on yet.
@@ -207,7 +210,7 @@ func (w *storeWatch) diagnose() (fault string, limit *storeLimit, ready bool) {
 		// row.
 		gone := s.JetStreamConfig() == nil
 		ready, w.settled = gone && w.settled, gone
-		return "JetStream is disabled (the server shuts it down when a store write fails)", nil, ready
+		return jetStreamDisabled, nil, ready
 	}
 	w.settled = false
 	// A stream's write error is sticky, and its health entry is the only
@@ -218,11 +221,20 @@ func (w *storeWatch) diagnose() (fault string, limit *storeLimit, ready bool) {
 			return e.Error, nil, true
 		}
 	}
+	if !s.JetStreamEnabled() {
+		// Disabled between the two looks (the health check then reports
+		// no stream at all): not healthy, acted on at the next look.
+		w.settled = false
+		return jetStreamDisabled, nil, false
+	}
 	if !w.dynamicMax {
 		return "", nil, true
 	}
 	jsz, err := s.Jsz(nil)
-	if err != nil || jsz.Disabled || jsz.Config.MaxStore <= 0 {
+	if err == nil && jsz.Disabled {
+		return jetStreamDisabled, nil, false
+	}
+	if err != nil || jsz.Config.MaxStore <= 0 {
 		return "", nil, true
 	}
 	used, max := int64(jsz.Store), jsz.Config.MaxStore
