@@ -41,6 +41,11 @@ func (h envHook) Episode(env string) envactor.EpisodeMetrics {
 	m.envMu.Lock()
 	defer m.envMu.Unlock()
 	if o = m.envs[env]; o == nil {
+		// Every kind at 0 from the env's first episode on, so that rate()
+		// and increase() count its first failure too.
+		for _, kind := range envFailureKinds {
+			m.failed.WithLabelValues(env, kind)
+		}
 		o = &episodeObserver{
 			m: m, env: env,
 			started: m.started.WithLabelValues(env), resumed: m.resumed.WithLabelValues(env),
@@ -51,6 +56,14 @@ func (h envHook) Episode(env string) envactor.EpisodeMetrics {
 	}
 	return o
 }
+
+// envFailureKinds are the failure kinds an env worker records (see
+// messages.StepEvent's FailureKind): its closed set of kind labels.
+var envFailureKinds = []string{messages.FailureEpisode, messages.FailurePromptTooLong, messages.FailureStale}
+
+// failureKinds are all the kinds of failure records, the closed set of the
+// collector's kind labels.
+var failureKinds = append([]string{messages.FailureMalformed, messages.FailureInvariant}, envFailureKinds...)
 
 // episodeObserver is the observer of one env's episodes.
 type episodeObserver struct {
@@ -330,7 +343,7 @@ func (m *Metrics) WatchCollector(c *collector.Collector) error {
 	cached := desc("collector_cached_episodes", "Episodes whose steps the collector holds.")
 	cachedBytes := desc("collector_cached_bytes", "Estimated size of the steps the collector holds.")
 	full := desc("output_stream_full", "1 while the output stream of this kind refuses records for being full (nobody reads it).", "kind")
-	return m.register("collector", &scrape{
+	err := m.register("collector", &scrape{
 		descs: []*prometheus.Desc{groups, malformed, rejected, reloaded, evicted, cached, cachedBytes, full},
 		collect: func(ch chan<- prometheus.Metric) {
 			st := c.Stats()
@@ -348,4 +361,12 @@ func (m *Metrics) WatchCollector(c *collector.Collector) error {
 			}
 		},
 	})
+	if err == nil {
+		// Every kind at 0 from the start: a failure panel has its series
+		// before the first failure, and rate() counts that one too.
+		for _, kind := range failureKinds {
+			m.failures.WithLabelValues(kind)
+		}
+	}
+	return err
 }
