@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/rollfleet/rollfleet/actors/llm"
@@ -25,44 +26,11 @@ import (
 func TestLLMWorkerFamilies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	model, stopModel, err := toyllm.New(toyllm.Options{}).Start(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stopOnce sync.Once
-	t.Cleanup(func() { stopOnce.Do(stopModel) })
-	s := bustest.RunServer(t)
-	nc := bustest.Connect(t, s, "llmworker")
-	js := bustest.JetStream(t, s, "streams")
-	subj := messages.NewSubjects("")
-	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	m := metrics.New()
-	srv, err := m.Serve("127.0.0.1:0", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	m.WatchNATS(nc, js, subj)
-	w, err := llm.New(nc, llm.Options{Endpoints: []string{model}, Logger: slog.New(slog.DiscardHandler), Metrics: m.LLM(), HealthInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.WatchLLM(w); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.WatchLLM(w); err == nil {
+	lw := startLLM(ctx, t, time.Hour)
+	if err := lw.m.WatchLLM(lw.w); err == nil {
 		t.Error("a second LLM worker in one registry was accepted")
 	}
-	wctx, stopWorker := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { stopWorker(); wg.Wait() })
-	wg.Go(func() {
-		if err := w.Run(wctx); err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	s, subj, srv, model := lw.s, lw.subj, lw.srv, lw.model
 	client := bustest.Connect(t, s, "client")
 	generate := func() *messages.GenerateReply {
 		t.Helper()
@@ -95,7 +63,7 @@ func TestLLMWorkerFamilies(t *testing.T) {
 		}
 	}
 
-	stopOnce.Do(stopModel)
+	lw.stopModel()
 	if rep := generate(); rep.Error == "" {
 		t.Fatal("generate succeeded without a model server")
 	}
@@ -107,6 +75,74 @@ func TestLLMWorkerFamilies(t *testing.T) {
 	if v, _ := f.value("rollfleet_model_errors_total", ep); v < 1 {
 		t.Errorf("rollfleet_model_errors_total = %v with the server gone", v)
 	}
+}
+
+// TestReadinessFollowsModelHealth stops the only model server of an LLM
+// worker that nobody sends requests: its health checks alone must turn
+// /readyz to 503 and the endpoint's gauge to 0.
+func TestReadinessFollowsModelHealth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lw := startLLM(ctx, t, 10*time.Millisecond)
+	readyzIs(t, lw.srv.URL(), http.StatusOK, "ready")
+	lw.stopModel()
+	readyzIs(t, lw.srv.URL(), http.StatusServiceUnavailable, "model endpoints: no model endpoint is healthy")
+	if v, ok := scrape(t, lw.srv.URL()).value("rollfleet_model_endpoint_healthy", map[string]string{"endpoint": lw.model}); !ok || v != 0 {
+		t.Errorf("rollfleet_model_endpoint_healthy = %v (%v) with the server gone", v, ok)
+	}
+	if st := lw.w.Stats(); st.Generate+st.Tokenize != 0 {
+		t.Errorf("stats %+v: the worker was sent requests", st)
+	}
+}
+
+// llmWorker is an LLM worker on the stand-in model, watched by metrics
+// served over HTTP, running until the test ends.
+type llmWorker struct {
+	s         *server.Server
+	subj      messages.Subjects
+	m         *metrics.Metrics
+	srv       *metrics.Server
+	w         *llm.Worker
+	model     string
+	stopModel func()
+}
+
+// startLLM starts an LLM worker whose endpoint health is checked every
+// healthEvery, with its streams and metrics.
+func startLLM(ctx context.Context, t *testing.T, healthEvery time.Duration) *llmWorker {
+	t.Helper()
+	model, stopModel, err := toyllm.New(toyllm.Options{}).Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopOnce sync.Once
+	lw := &llmWorker{model: model, stopModel: func() { stopOnce.Do(stopModel) }, subj: messages.NewSubjects("")}
+	t.Cleanup(lw.stopModel)
+	lw.s = bustest.RunServer(t)
+	nc := bustest.Connect(t, lw.s, "llmworker")
+	js := bustest.JetStream(t, lw.s, "streams")
+	if err := bus.EnsureStreams(ctx, js, lw.subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lw.m = metrics.New()
+	if lw.srv, err = lw.m.Serve("127.0.0.1:0", slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lw.srv.Close() })
+	lw.m.WatchNATS(nc, js, lw.subj)
+	lw.w, err = llm.New(nc, llm.Options{Endpoints: []string{model}, Logger: slog.New(slog.DiscardHandler), Metrics: lw.m.LLM(), HealthInterval: healthEvery})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.m.WatchLLM(lw.w); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := lw.w.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return lw
 }
 
 // call sends a request and decodes its reply.

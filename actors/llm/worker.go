@@ -66,7 +66,8 @@ type Options struct {
 	Queue string
 	// CallTimeout bounds one HTTP call to a model server (default 120s).
 	CallTimeout time.Duration
-	// HealthInterval is how often endpoints marked down are probed (default 2s).
+	// HealthInterval is how often each endpoint's /health is probed
+	// (default 2s): a failed probe marks it down, an answered one up.
 	HealthInterval time.Duration
 	// ID names the worker in status answers (default "llm-" and a unique
 	// suffix).
@@ -315,9 +316,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { w.announceReady(ctx) })
 
-	wg.Go(func() { w.healthLoop(ctx) })
-	if w.opts.MaxInFlight == 0 {
-		for _, e := range w.router.eps {
+	for _, e := range w.router.eps {
+		wg.Go(func() { w.healthLoop(ctx, e) })
+		if w.opts.MaxInFlight == 0 {
 			wg.Go(func() { w.adaptLoop(ctx, e) })
 		}
 	}
@@ -673,9 +674,11 @@ func errorCode(err error) string {
 	}
 }
 
-// healthLoop probes endpoints marked down and brings them back when /health
-// answers.
-func (w *Worker) healthLoop(ctx context.Context) {
+// healthLoop probes e's /health every HealthInterval, healthy or not: a
+// server that dies is marked down before a request finds it dead (the
+// router then sends it nothing while another is healthy, and readiness
+// follows), and one marked down comes back once it answers.
+func (w *Worker) healthLoop(ctx context.Context, e *endpoint) {
 	t := time.NewTicker(w.opts.HealthInterval)
 	defer t.Stop()
 	for {
@@ -684,17 +687,16 @@ func (w *Worker) healthLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, e := range w.router.eps {
-			if e.healthy.Load() {
-				continue
-			}
-			hctx, cancel := context.WithTimeout(ctx, w.opts.HealthInterval)
-			err := e.client.Health(hctx)
-			cancel()
-			if err == nil {
-				e.healthy.Store(true)
-				w.log.Info("model endpoint healthy again", "endpoint", e.url)
-			}
+		hctx, cancel := context.WithTimeout(ctx, w.opts.HealthInterval)
+		err := e.client.Health(hctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && !e.healthy.Swap(true):
+			w.log.Info("model endpoint healthy again", "endpoint", e.url)
+		case err != nil && e.healthy.Swap(false):
+			w.log.Warn("model endpoint marked down: its health check failed", "endpoint", e.url, "err", err)
 		}
 	}
 }

@@ -476,40 +476,42 @@ func TestContextLengthKeepsServer(t *testing.T) {
 }
 
 // TestHealthLoopRestoresServer takes an episode's sticky server down and
-// brings it back: the worker must route around it while it is down and
+// brings it back: the health checks must mark it down before any request
+// finds it dead, the worker must route around it while it is down, and
 // return to it once its health check passes.
 func TestHealthLoopRestoresServer(t *testing.T) {
 	f := newFixture(t)
 	flaky := newModel(t, toyllm.Options{}, func(m *model) { m.down.Store(true) })
 	other := newModel(t, toyllm.Options{}, nil)
-	f.start(t, Options{HealthInterval: 5 * time.Millisecond}, flaky, other)
+	w := f.start(t, Options{HealthInterval: 5 * time.Millisecond}, flaky, other)
 	id := preferring(urls(flaky, other), 0, 1)[0]
 
-	if rep := f.generate(t, generateRequest(id, 1)); rep.Error != "" || rep.Endpoint != other.url {
-		t.Fatalf("reply from %s: %q, want the other server", rep.Endpoint, rep.Error)
-	}
-	// Probes of the down server fail and keep it out of rotation.
-	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
-		if n := flaky.health.Load(); n < 2 {
-			return fmt.Errorf("%d health probes", n)
+	healthy := func(want bool) func() error {
+		return func() error {
+			if got := w.Endpoints()[0].Healthy; got != want {
+				return fmt.Errorf("%s healthy: %v", flaky.url, got)
+			}
+			return nil
 		}
-		return nil
-	})
-	if rep := f.generate(t, generateRequest(id, 2)); rep.Error != "" || rep.Endpoint != other.url {
-		t.Fatalf("reply from %s: %q, want the other server while the sticky one is down", rep.Endpoint, rep.Error)
 	}
-	if n := len(flaky.completions()); n != 1 {
-		t.Fatalf("the down server got %d completions, want 1", n)
+	bustest.CheckFor(t, waitTimeout, time.Millisecond, healthy(false))
+	for seed := range int64(2) {
+		if rep := f.generate(t, generateRequest(id, seed)); rep.Error != "" || rep.Endpoint != other.url {
+			t.Fatalf("reply from %s: %q, want the other server while the sticky one is down", rep.Endpoint, rep.Error)
+		}
+	}
+	if n := len(flaky.completions()); n != 0 {
+		t.Fatalf("the down server got %d completions, want none", n)
+	}
+	if st := w.Stats(); st.Retries != 0 {
+		t.Errorf("stats %+v, want no retry: the down server is not tried", st)
 	}
 
 	flaky.down.Store(false)
-	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
-		rep := f.generate(t, generateRequest(id, 3))
-		if rep.Error != "" || rep.Endpoint != flaky.url {
-			return fmt.Errorf("reply from %s: %q", rep.Endpoint, rep.Error)
-		}
-		return nil
-	})
+	bustest.CheckFor(t, waitTimeout, time.Millisecond, healthy(true))
+	if rep := f.generate(t, generateRequest(id, 3)); rep.Error != "" || rep.Endpoint != flaky.url {
+		t.Fatalf("reply from %s: %q, want the sticky server back", rep.Endpoint, rep.Error)
+	}
 }
 
 func TestMalformedRequests(t *testing.T) {
