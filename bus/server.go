@@ -213,7 +213,9 @@ const firstErrorWait = 5 * time.Second
 // A server that is not reachable yet is retried in the background, as is one
 // that goes away later. A failure no retry can mend ends Connect with an
 // error instead: credentials the server refuses (ErrAuthFailed, naming the
-// identity refused) or a failed TLS handshake (ErrTLSFailed). Should the
+// identity refused), a failed TLS handshake (ErrTLSFailed), or a server
+// older than MinServerVersion (ErrServerTooOld; one reached only after
+// Connect returned is logged, and CheckServerVersion tells the caller). Should the
 // server refuse the credentials on a later reconnect, nats.go closes the
 // connection after the second refusal; its LastError then says why, and
 // ConnectOptions.Explain words it the same way.
@@ -262,11 +264,16 @@ func Connect(urls, name string, log *slog.Logger, opts ...ConnectOptions) (*nats
 		}),
 		nats.ConnectHandler(func(c *nats.Conn) {
 			failures.Store(0)
-			log.Info("nats connected", "url", c.ConnectedUrlRedacted())
+			if c.IsClosed() {
+				return // refused by Connect before this ran
+			}
+			log.Info("nats connected", "url", c.ConnectedUrlRedacted(), "server_version", c.ConnectedServerVersion())
+			logTooOld(log, c)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			failures.Store(0)
-			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted(), "server_version", c.ConnectedServerVersion())
+			logTooOld(log, c)
 		}),
 		nats.ClosedHandler(func(c *nats.Conn) {
 			// A close the caller did not ask for: nats.go gives up on
@@ -295,6 +302,10 @@ func Connect(urls, name string, log *slog.Logger, opts ...ConnectOptions) (*nats
 		return nil, co.Explain(urls, err)
 	}
 	if nc.IsConnected() {
+		if err := CheckServerVersion(nc); err != nil {
+			nc.Close()
+			return nil, err
+		}
 		return nc, nil
 	}
 	// The first attempt failed and nats.go retries in the background; it
@@ -310,6 +321,15 @@ func Connect(urls, name string, log *slog.Logger, opts ...ConnectOptions) (*nats
 	case <-t.C:
 	}
 	return nc, nil
+}
+
+// logTooOld logs a server older than MinServerVersion that a connection
+// reached after Connect returned; the process's own check
+// (CheckServerVersion once connected) decides what to do about it.
+func logTooOld(log *slog.Logger, nc *nats.Conn) {
+	if err := CheckServerVersion(nc); err != nil {
+		log.Error("nats server too old", "err", err)
+	}
 }
 
 // reconnectLogEvery is how many failed attempts in a row pass between two

@@ -67,8 +67,9 @@ func SignalContext() (context.Context, context.CancelFunc) {
 
 // Connect connects a fleet process, makes sure the streams exist and
 // returns the connection, its JetStream context and the subjects. Refused
-// credentials and failed TLS end it at once with the flags to check; a
-// server not up yet is waited for (30 s).
+// credentials and failed TLS end it at once with the flags to check, and a
+// server older than bus.MinServerVersion with both versions; a server not
+// up yet is waited for.
 func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, messages.Subjects, error) {
 	if err := messages.ValidatePrefix(f.Prefix); err != nil {
 		return nil, nil, messages.Subjects{}, fmt.Errorf("--prefix: %w", err)
@@ -88,6 +89,11 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 	// server may be restarting: wait for the streams as long as it takes (a
 	// fleet process outlives its server), logging now and then.
 	for attempt := 0; ; attempt++ {
+		// A server too old for the fleet is refused before anything is
+		// made on it; one not reached yet is checked on a later attempt.
+		if err = bus.CheckServerVersion(nc); err != nil {
+			break
+		}
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		go watchStreamPermission(sctx, nc, cancel)
 		err = bus.EnsureStreams(sctx, js, subj, f.Streams())
@@ -96,7 +102,12 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 			log.Warn("streams left as they are", "err", err)
 			err = nil
 		}
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
+			// Connected now, perhaps only during this attempt.
+			err = bus.CheckServerVersion(nc)
+			break
+		}
+		if ctx.Err() != nil {
 			break
 		}
 		if nc.IsClosed() {
