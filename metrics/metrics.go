@@ -69,6 +69,9 @@ type Metrics struct {
 	staleness                         prometheus.Observer
 	reward                            *prometheus.HistogramVec
 
+	// Readers of output records.
+	recordsRead, recordsMalformed *prometheus.CounterVec
+
 	readiness readiness
 	policies  policies
 	streams   sync.Once
@@ -117,6 +120,9 @@ func New() *Metrics {
 	m.failures = counter("failures_total", "Failure records the collector stored, by kind.", "kind")
 	m.staleness = histogram("trajectory_staleness_versions", "Policy versions between the first and the last turn of a stored trajectory.", stalenessBuckets).WithLabelValues()
 	m.reward = histogram("trajectory_reward", "Reward of stored trajectories.", rewardBuckets, "env")
+
+	m.recordsRead = counter("records_read_total", "Output records a reader took from its stream and acknowledged, by kind.", "kind")
+	m.recordsMalformed = counter("records_malformed_total", "Output records a reader could not decode or write (acknowledged all the same), by kind.", "kind")
 	return m
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/fleet"
 	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/metrics"
 )
 
 // consumeCmd reads one kind of output record as a trainer does: a durable
@@ -33,11 +34,17 @@ func (c *consumeCmd) Run() error {
 	log := cmdutil.NewLogger(c.LogLevel, c.LogFormat)
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
+	m, stopMetrics, err := cmdutil.ServeMetrics(c.Metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	nc, js, subj, err := c.Connect(ctx, "consume-"+c.Durable, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	m.WatchNATS(nc, js, subj)
 	stream, filter := subj.StreamGroups(), subj.GroupsAll()
 	decode := func(b []byte) (any, error) { return messages.Decode[messages.Group](b) }
 	switch c.Kind {
@@ -73,12 +80,12 @@ func (c *consumeCmd) Run() error {
 		defer f.Close()
 		w = bufio.NewWriterSize(f, 1<<20)
 	}
-	return consume(ctx, cons, decode, w, c.Every, c.Kind)
+	return consume(ctx, cons, decode, w, c.Every, c.Kind, m.Reader(c.Kind))
 }
 
 // consume fetches records in batches, writes them, flushes and then
-// acknowledges them, until ctx ends.
-func consume(ctx context.Context, cons jetstream.Consumer, decode func([]byte) (any, error), w *bufio.Writer, every time.Duration, kind string) error {
+// acknowledges them, until ctx ends; counts feeds the metrics (nil: none).
+func consume(ctx context.Context, cons jetstream.Consumer, decode func([]byte) (any, error), w *bufio.Writer, every time.Duration, kind string, counts *metrics.Reader) error {
 	var n, last int
 	lastPrint := time.Now()
 	for ctx.Err() == nil {
@@ -97,6 +104,7 @@ func consume(ctx context.Context, cons jetstream.Consumer, decode func([]byte) (
 					err = fleet.WriteRecord(w, v)
 				}
 				if err != nil {
+					counts.Malformed()
 					fmt.Fprintf(os.Stderr, "rollout consume: %s: %v\n", m.Subject(), err)
 				}
 			}
@@ -110,9 +118,13 @@ func consume(ctx context.Context, cons jetstream.Consumer, decode func([]byte) (
 				return err
 			}
 		}
-		if err := bus.AckBatch(ctx, msgs); err != nil && ctx.Err() == nil {
-			// The records come again after the ack wait.
-			fmt.Fprintf(os.Stderr, "rollout consume: %v\n", err)
+		if err := bus.AckBatch(ctx, msgs); err != nil {
+			if ctx.Err() == nil {
+				// The records come again after the ack wait.
+				fmt.Fprintf(os.Stderr, "rollout consume: %v\n", err)
+			}
+		} else {
+			counts.Read(len(msgs))
 		}
 		n += len(msgs)
 		if every > 0 && time.Since(lastPrint) >= every && n != last {
