@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -362,7 +363,8 @@ func tokenIDs(field string, raw []int64) ([]int32, error) {
 	return ids, nil
 }
 
-// decodeJSON parses a JSON request body into v, phrasing errors for the client.
+// decodeJSON parses a JSON request body into v, phrasing errors for the client: in JSON's
+// terms, with the path of the field at fault, never Go's.
 func decodeJSON(body []byte, v any) error {
 	err := json.Unmarshal(body, v)
 	if err == nil {
@@ -372,15 +374,121 @@ func decodeJSON(body []byte, v any) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syntax):
-		return vllmapi.BadRequest("invalid JSON body: %w", err)
+		return vllmapi.BadRequest("invalid JSON body at byte %d: %w", syntax.Offset, err)
 	case errors.As(err, &typ):
-		if typ.Field == "" {
-			return vllmapi.BadRequest("request body must be a JSON object")
+		got := gotJSON(typ.Value)
+		path, ok := valuePath(body, typ.Offset)
+		if !ok && typ.Field != "" {
+			// The last name of Go's dotted path is always a JSON member's; those before it
+			// may be Go's names of embedded structs.
+			path = typ.Field[strings.LastIndexByte(typ.Field, '.')+1:]
 		}
-		field := strings.TrimPrefix(typ.Field, "samplingFields.")
-		return vllmapi.BadRequest("invalid value for field %q: JSON %s where %s was expected", field, typ.Value, typ.Type)
+		if path == "" {
+			return vllmapi.BadRequest("the request body must be a JSON object, got %s", got)
+		}
+		return vllmapi.BadRequest("%w", &fieldError{path: path, err: fmt.Errorf("expected %s, got %s", jsonType(typ.Type, false), got)})
 	}
 	return vllmapi.BadRequest("%w", err)
+}
+
+// valuePath returns the path, such as messages[2].role, of the value of body that a
+// json.UnmarshalTypeError's offset points at: the offset is the end of a string, number,
+// boolean or null, or just past the opening of an object or array, so either way the end of
+// the value's first token. It returns false when no token ends there.
+func valuePath(body []byte, offset int64) (string, bool) {
+	type level struct {
+		array bool
+		key   string // the member being read, in an object
+		index int    // the element being read, in an array
+		atKey bool   // the next token is a member name
+	}
+	var stack []level
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if n := len(stack); n > 0 && stack[n-1].atKey {
+			if key, isKey := tok.(string); isKey {
+				stack[n-1].key, stack[n-1].atKey = key, false
+				continue
+			}
+		}
+		if d, isDelim := tok.(json.Delim); isDelim && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+		} else if dec.InputOffset() == offset {
+			var b strings.Builder
+			for i, l := range stack {
+				switch {
+				case l.array:
+					fmt.Fprintf(&b, "[%d]", l.index)
+				case i > 0:
+					b.WriteString("." + l.key)
+				default:
+					b.WriteString(l.key)
+				}
+			}
+			return b.String(), true
+		} else if isDelim {
+			stack = append(stack, level{array: d == '[', atKey: d == '{'})
+			continue
+		}
+		// A value ended: the next token is the next element or member name.
+		if n := len(stack); n > 0 {
+			stack[n-1].index++
+			stack[n-1].atKey = !stack[n-1].array
+		}
+	}
+}
+
+// gotJSON names a JSON value as json.UnmarshalTypeError's Value gives it ("string",
+// "number 1.5", "array", ...) for a message.
+func gotJSON(v string) string {
+	switch kind, literal, _ := strings.Cut(v, " "); kind {
+	case "number":
+		if literal != "" {
+			return fmt.Sprintf("the number %.32s", literal)
+		}
+		return "a number"
+	case "bool":
+		return "a boolean"
+	case "array", "object":
+		return "an " + kind
+	default:
+		return "a " + kind
+	}
+}
+
+// jsonType names the JSON a Go type is decoded from, such as "an array of objects"; plural
+// gives the plural without an article ("objects").
+func jsonType(t reflect.Type, plural bool) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	name := [2]string{"a JSON value", "JSON values"}
+	switch t.Kind() {
+	case reflect.String:
+		name = [2]string{"a string", "strings"}
+	case reflect.Bool:
+		name = [2]string{"a boolean", "booleans"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		name = [2]string{"an integer", "integers"}
+	case reflect.Float32, reflect.Float64:
+		name = [2]string{"a number", "numbers"}
+	case reflect.Map, reflect.Struct:
+		name = [2]string{"an object", "objects"}
+	case reflect.Slice, reflect.Array:
+		if plural {
+			return "arrays"
+		}
+		return "an array of " + jsonType(t.Elem(), true)
+	}
+	if plural {
+		return name[1]
+	}
+	return name[0]
 }
 
 // refused checks the request for features the gateway does not honour.

@@ -31,11 +31,16 @@
 // turns is rendered too and split out of replies (Options.ReasoningParser, Qwen3's <think>);
 // reasoning_effort is passed to the template. Features the gateway cannot honour (n > 1, top
 // alternatives in logprobs, streaming, tool_choice "required", guided decoding, ...) are
-// refused with a 400 rather than ignored. Errors have vLLM's
-// body, {"error": {"message", "type", "param", "code"}}, with 400 for a bad request or a
-// prompt beyond the context window, 404 for an unknown model or session, 409 for a session in
-// use or already ended, 413 for a body over the size limit, 429 when too many sessions are
-// open, 503 when no LLM worker answers and 504 when they do not answer in time.
+// refused with a 400 rather than ignored. Errors have OpenAI's body, {"error": {"message",
+// "type", "param", "code"}}: type "invalid_request_error" for a 4xx and "server_error" for a
+// 5xx, param the path of a body field of the wrong JSON type, code null. The status is 400
+// for a bad request, a prompt beyond the context window or a request the model server
+// refused, 404 for an unknown model, session or endpoint, 405 (with Allow) for a method the
+// endpoint does not take, 409 for a session in use or already ended, 413 for a body over the
+// size limit, 429 when too many sessions are open, 502 for an LLM worker's unreadable answer,
+// 503 when no LLM worker or model server can serve the call and 504 when they do not answer
+// in time. A message is in the client's terms: the addresses, subjects and wording of what
+// failed behind the gateway go to its log only.
 //
 // # Sessions
 //

@@ -21,8 +21,15 @@ var (
 	// ErrUnavailable means an LLM worker answered that no model server could serve the
 	// request (HTTP 503).
 	ErrUnavailable = errors.New("gateway: model servers unavailable")
-	// ErrBadReply means an LLM worker's reply could not be decoded (HTTP 502).
+	// ErrBadReply means an LLM worker's reply could not be decoded, or carried an error code
+	// the gateway does not know (HTTP 502).
 	ErrBadReply = errors.New("gateway: bad reply from LLM worker")
+	// ErrRefused means an LLM worker refused a request of the gateway's as invalid without a
+	// model server having seen it (HTTP 502): the gateway sent what it should not have.
+	ErrRefused = errors.New("gateway: LLM worker refused the request")
+	// ErrNotStored means the records of a finished or discarded session could not be stored
+	// in JetStream; the session stays open (HTTP 503).
+	ErrNotStored = errors.New("gateway: session records not stored")
 	// ErrSessionNotFound means a session id names no open session (HTTP 404).
 	ErrSessionNotFound = errors.New("gateway: no such session")
 	// ErrSessionFinished means the session was finished, discarded or expired recently; its id
@@ -41,68 +48,100 @@ var (
 	ErrSessionTooLong = errors.New("gateway: session token limit exceeded")
 )
 
-// statusOf is the HTTP status that answers err.
-func statusOf(err error) int {
+// Types of the error body, OpenAI's: the request's own fault, or the server's.
+const (
+	typeInvalidRequest = "invalid_request_error"
+	typeServer         = "server_error"
+)
+
+// failures are the client's words for the failures that are not its request's fault: the
+// detail (addresses, subjects, the model server's own words) goes to the log only.
+var failures = []struct {
+	err     error
+	status  int
+	message string
+}{
+	{ErrNoWorker, http.StatusServiceUnavailable, "the model server is unavailable: no LLM worker answered"},
+	{ErrUnavailable, http.StatusServiceUnavailable, "the model server is unavailable"},
+	{ErrTimeout, http.StatusGatewayTimeout, "the model server did not answer in time"},
+	{ErrRefused, http.StatusBadGateway, "the LLM worker refused the request"},
+	{ErrBadReply, http.StatusBadGateway, "the model server's answer could not be read"},
+	{ErrNotStored, http.StatusServiceUnavailable, "the session's records could not be stored; the session stays open: try again"},
+}
+
+// sessionErrors are the statuses of the session errors; their messages are the client's own
+// words (the session id it gave).
+var sessionErrors = []struct {
+	err    error
+	status int
+}{
+	{ErrSessionNotFound, http.StatusNotFound},
+	{ErrSessionFinished, http.StatusConflict},
+	{ErrSessionBusy, http.StatusConflict},
+	{ErrSessionAmbiguous, http.StatusConflict},
+	{ErrTooManySessions, http.StatusTooManyRequests},
+	{ErrSessionTooLong, http.StatusBadRequest},
+}
+
+// answer is what the client is told of err: the status and the error object. A request error
+// (a *vllmapi.Error, a session error) is told as it is, written for the client; a failure of
+// the LLM workers or model servers in fixed words, or as the model server's refusal of the
+// request (a *refusal); anything else is an internal error.
+func answer(err error) (int, errorInfo) {
+	var rf *refusal
 	var ae *vllmapi.Error
+	status, message := http.StatusInternalServerError, "internal error"
 	switch {
+	case errors.As(err, &rf):
+		status, message = http.StatusBadRequest, rf.message
 	case errors.As(err, &ae):
-		return ae.Status
-	case errors.Is(err, ErrNoWorker), errors.Is(err, ErrUnavailable):
-		return http.StatusServiceUnavailable
-	case errors.Is(err, ErrTimeout):
-		return http.StatusGatewayTimeout
-	case errors.Is(err, ErrBadReply):
-		return http.StatusBadGateway
-	case errors.Is(err, ErrSessionNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, ErrSessionFinished), errors.Is(err, ErrSessionBusy), errors.Is(err, ErrSessionAmbiguous):
-		return http.StatusConflict
-	case errors.Is(err, ErrTooManySessions):
-		return http.StatusTooManyRequests
-	case errors.Is(err, ErrSessionTooLong):
-		return http.StatusBadRequest
-	case errors.Is(err, context.Canceled):
-		// The client went away; nobody reads the answer.
-		return http.StatusServiceUnavailable
+		status, message = ae.Status, ae.Error()
+	default:
+		for _, f := range failures {
+			if errors.Is(err, f.err) {
+				status, message = f.status, f.message
+				break
+			}
+		}
+		for _, s := range sessionErrors {
+			if errors.Is(err, s.err) {
+				status, message = s.status, err.Error()
+				break
+			}
+		}
 	}
-	return http.StatusInternalServerError
-}
-
-// errorType is the "type" of vLLM's error body for an HTTP status.
-func errorType(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return "BadRequestError"
-	case http.StatusNotFound:
-		return "NotFoundError"
-	case http.StatusConflict:
-		return "ConflictError"
-	case http.StatusRequestEntityTooLarge:
-		return "RequestEntityTooLargeError"
-	case http.StatusTooManyRequests:
-		return "RateLimitError"
-	case http.StatusBadGateway:
-		return "BadGatewayError"
-	case http.StatusServiceUnavailable:
-		return "ServiceUnavailableError"
-	case http.StatusGatewayTimeout:
-		return "GatewayTimeoutError"
-	}
+	info := errorInfo{Message: message, Type: typeInvalidRequest}
 	if status >= 500 {
-		return "InternalServerError"
+		info.Type = typeServer
 	}
-	return "BadRequestError"
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		info.Param = &fe.path
+	}
+	return status, info
 }
 
-// errorInfo is the error object of vLLM's (and OpenAI's) error body.
+// fieldError is a request error about one field of the body: its path (OpenAI's "param"),
+// such as messages[2].role.
+type fieldError struct {
+	path string
+	err  error
+}
+
+func (e *fieldError) Error() string { return e.path + ": " + e.err.Error() }
+
+func (e *fieldError) Unwrap() error { return e.err }
+
+// errorInfo is the error object of OpenAI's error body.
 type errorInfo struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
-	Code    int     `json:"code"`
+	// Code is always null: the status, type and message say what failed.
+	Code *string `json:"code"`
 }
 
-// errorBody is vLLM's error response: {"error": {"message", "type", "param", "code"}}.
+// errorBody is OpenAI's error response: {"error": {"message", "type", "param", "code"}}.
 type errorBody struct {
 	Error errorInfo `json:"error"`
 }
@@ -112,21 +151,32 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		body, _ = json.Marshal(errorBody{errorInfo{Message: "encoding response: " + err.Error(), Type: errorType(status), Code: status}})
+		body, _ = json.Marshal(errorBody{errorInfo{Message: "encoding response: " + err.Error(), Type: typeServer}})
 	}
 	vllmapi.WriteBody(w, status, body)
 }
 
-// writeError answers err with vLLM's error body and the status statusOf gives.
+// statusClientClosed is the status a call whose client went away is logged with (nginx's);
+// nothing is written, since nobody reads it.
+const statusClientClosed = 499
+
+// writeError answers err with OpenAI's error body, and logs it in full: a failure of the
+// gateway or what is behind it as a warning or an error, a refused request at debug level, a
+// client that went away at info level.
 func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status := statusOf(err)
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		g.log.Info("client disconnected before the answer", "path", r.URL.Path, "status", statusClientClosed, "err", err)
+		return
+	}
+	g.errs.Add(1)
+	status, info := answer(err)
 	switch {
 	case status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout:
 		g.log.Error("request failed", "path", r.URL.Path, "status", status, "err", err)
 	case status >= 500:
 		g.log.Warn("request failed", "path", r.URL.Path, "status", status, "err", err)
 	default:
-		g.log.Debug("request rejected", "path", r.URL.Path, "status", status, "err", err)
+		g.log.Debug("request refused", "path", r.URL.Path, "status", status, "err", err)
 	}
-	writeJSON(w, status, errorBody{errorInfo{Message: err.Error(), Type: errorType(status), Code: status}})
+	writeJSON(w, status, errorBody{info})
 }

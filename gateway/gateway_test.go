@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -485,9 +486,12 @@ func TestBusySession(t *testing.T) {
 	}
 }
 
-// TestRequestErrors checks the answers to bad requests, with vLLM's error body.
+// TestRequestErrors checks the answers to bad requests: each has its status and OpenAI's
+// error body, with a message in the client's terms that names no internal address, subject or
+// Go type, the model server's own refusals included.
 func TestRequestErrors(t *testing.T) {
-	f := newFixture(t, fixtureOptions{toy: toyllm.Options{MaxModelLen: 1024}, gateway: Options{MaxBodyBytes: 64 << 10}})
+	// The gateway takes bodies larger than the model server does (1 MiB plus 16 bytes a token).
+	f := newFixture(t, fixtureOptions{toy: toyllm.Options{MaxModelLen: 1024}, gateway: Options{MaxBodyBytes: 2 << 20}})
 	msgs := []map[string]any{{"role": "user", "content": gamePrompt}}
 	chatBody := func(extra map[string]any) map[string]any {
 		b := map[string]any{"messages": msgs, "max_tokens": 16}
@@ -496,47 +500,84 @@ func TestRequestErrors(t *testing.T) {
 		}
 		return b
 	}
+	longText := strings.Repeat("guess ", 200_000) // 1.2 MB: over the model server's limit, within the gateway's
 	for _, tc := range []struct {
 		name   string
+		method string // POST when empty
 		path   string
 		header map[string]string
 		body   any
 		status int
 		want   string
+		param  string // the error's param; empty for null
+		allow  string // the Allow header of a 405
 	}{
-		{"n=2", "/v1/chat/completions", nil, chatBody(map[string]any{"n": 2}), 400, "n must be 1"},
-		{"bad JSON", "/v1/chat/completions", nil, []byte(`{"messages": [`), 400, "invalid JSON"},
-		{"not an object", "/v1/chat/completions", nil, []byte(`[1,2]`), 400, "JSON object"},
-		{"wrong type", "/v1/chat/completions", nil, chatBody(map[string]any{"temperature": "hot"}), 400, "temperature"},
-		{"no messages", "/v1/chat/completions", nil, map[string]any{"max_tokens": 4}, 400, "messages must not be empty"},
-		{"oversize body", "/v1/chat/completions", nil, chatBody(map[string]any{"pad": strings.Repeat("x", 100<<10)}), 413, "exceeds"},
-		{"unknown model", "/v1/chat/completions", nil, chatBody(map[string]any{"model": "gpt-9"}), 404, "does not exist"},
-		{"context length", "/v1/chat/completions", nil, chatBody(map[string]any{"max_tokens": 5000}), 400, "maximum context length"},
-		{"long prompt", "/v1/completions", nil, map[string]any{"prompt": make([]int, 2000), "max_tokens": 1}, 400, "maximum context length"},
-		{"top_logprobs", "/v1/chat/completions", nil, chatBody(map[string]any{"logprobs": true, "top_logprobs": 2}), 400, "top_logprobs"},
-		{"completion logprobs", "/v1/completions", nil, map[string]any{"prompt": "hi", "logprobs": 3}, 400, "logprobs"},
-		{"stream", "/v1/chat/completions", nil, chatBody(map[string]any{"stream": true}), 400, "stream"},
-		{"tools", "/v1/chat/completions", nil, chatBody(map[string]any{"tools": []any{map[string]any{"type": "function"}}}), 400, "tools"},
-		{"both template flags", "/v1/chat/completions", nil, chatBody(map[string]any{"continue_final_message": true}), 400, "continue_final_message"},
-		{"top_p", "/v1/chat/completions", nil, chatBody(map[string]any{"top_p": 0}), 400, "top_p"},
-		{"max_tokens 0", "/v1/completions", nil, map[string]any{"prompt": "hi", "max_tokens": 0}, 400, "max_tokens"},
-		{"batch", "/v1/completions", nil, map[string]any{"prompt": []string{"a", "b"}}, 400, "batched"},
-		{"negative token", "/v1/completions", nil, map[string]any{"prompt": []int{1, -2}}, 400, "out of range"},
-		{"out of vocabulary", "/v1/completions", nil, map[string]any{"prompt": []int{1, 5000}}, 400, "vocabulary"},
-		{"bad session id", "/v1/chat/completions", map[string]string{HeaderSessionID: "a/b"}, chatBody(nil), 400, "session id"},
-		{"session ids differ", "/v1/chat/completions", map[string]string{HeaderSessionID: "a"}, chatBody(map[string]any{"session_id": "b"}), 400, "differ"},
-		{"unknown session finish", "/v1/sessions/nobody/finish", nil, map[string]any{"reward": 1}, 404, "no such session"},
-		{"finish without reward", "/v1/sessions/nobody/finish", nil, map[string]any{}, 400, "reward"},
+		{name: "n=2", path: "/v1/chat/completions", body: chatBody(map[string]any{"n": 2}), status: 400, want: "n must be 1"},
+		{name: "bad JSON", path: "/v1/chat/completions", body: []byte(`{"messages": [`), status: 400, want: "invalid JSON"},
+		{name: "not an object", path: "/v1/chat/completions", body: []byte(`[1,2]`), status: 400, want: "request body must be a JSON object, got an array"},
+		{name: "wrong type", path: "/v1/chat/completions", body: chatBody(map[string]any{"temperature": "hot"}), status: 400,
+			want: "temperature: expected a number, got a string", param: "temperature"},
+		{name: "messages not a list", path: "/v1/chat/completions", body: map[string]any{"messages": "hi"}, status: 400,
+			want: "messages: expected an array of objects, got a string", param: "messages"},
+		{name: "model not a string", path: "/v1/completions", body: map[string]any{"prompt": "hi", "model": 7}, status: 400,
+			want: "model: expected a string, got a number", param: "model"},
+		{name: "nested wrong type", path: "/v1/chat/completions", body: chatBody(map[string]any{"extra_body": map[string]any{"session_id": []int{1}}}),
+			status: 400, want: "extra_body.session_id: expected a string, got an array", param: "extra_body.session_id"},
+		{name: "list element", path: "/v1/chat/completions", body: chatBody(map[string]any{"stop_token_ids": []any{1, "2"}}), status: 400,
+			want: "stop_token_ids[1]: expected an integer, got a string", param: "stop_token_ids[1]"},
+		{name: "fraction", path: "/v1/completions", body: map[string]any{"prompt": "hi", "max_tokens": 1.5}, status: 400,
+			want: "max_tokens: expected an integer, got the number 1.5", param: "max_tokens"},
+		{name: "map value", path: "/v1/sessions/nobody/finish", body: map[string]any{"reward": 1, "extra_logs": map[string]any{"a": "b"}}, status: 400,
+			want: "extra_logs.a: expected a number, got a string", param: "extra_logs.a"},
+		{name: "finish by metadata", path: "/v1/sessions/finish", body: map[string]any{"reward": true}, status: 400,
+			want: "reward: expected a number, got a boolean", param: "reward"},
+		{name: "no messages", path: "/v1/chat/completions", body: map[string]any{"max_tokens": 4}, status: 400, want: "messages must not be empty"},
+		{name: "oversize body", path: "/v1/chat/completions", body: chatBody(map[string]any{"pad": strings.Repeat("x", 3<<20)}), status: 413, want: "exceeds"},
+		{name: "unknown model", path: "/v1/chat/completions", body: chatBody(map[string]any{"model": "gpt-9"}), status: 404, want: "does not exist"},
+		{name: "context length", path: "/v1/chat/completions", body: chatBody(map[string]any{"max_tokens": 5000}), status: 400, want: "maximum context length"},
+		{name: "long prompt", path: "/v1/completions", body: map[string]any{"prompt": make([]int, 2000), "max_tokens": 1}, status: 400, want: "maximum context length"},
+		{name: "prompt too long for the model server", path: "/v1/completions", body: map[string]any{"prompt": longText, "max_tokens": 1}, status: 400,
+			want: "the prompt is too long for the model"},
+		{name: "text too long for the model server", path: "/tokenize", body: map[string]any{"prompt": longText}, status: 400,
+			want: "the prompt is too long for the model"},
+		{name: "refused by the model server", path: "/v1/completions", body: map[string]any{"prompt": "hi", "presence_penalty": 0.5}, status: 400,
+			want: "the model server refused the request: presence, frequency and repetition penalties are not supported by toyllm"},
+		{name: "top_logprobs", path: "/v1/chat/completions", body: chatBody(map[string]any{"logprobs": true, "top_logprobs": 2}), status: 400, want: "top_logprobs"},
+		{name: "completion logprobs", path: "/v1/completions", body: map[string]any{"prompt": "hi", "logprobs": 3}, status: 400, want: "logprobs"},
+		{name: "stream", path: "/v1/chat/completions", body: chatBody(map[string]any{"stream": true}), status: 400, want: "stream"},
+		{name: "tools", path: "/v1/chat/completions", body: chatBody(map[string]any{"tools": []any{map[string]any{"type": "function"}}}), status: 400, want: "tools"},
+		{name: "both template flags", path: "/v1/chat/completions", body: chatBody(map[string]any{"continue_final_message": true}), status: 400, want: "continue_final_message"},
+		{name: "top_p", path: "/v1/chat/completions", body: chatBody(map[string]any{"top_p": 0}), status: 400, want: "top_p"},
+		{name: "max_tokens 0", path: "/v1/completions", body: map[string]any{"prompt": "hi", "max_tokens": 0}, status: 400, want: "max_tokens"},
+		{name: "batch", path: "/v1/completions", body: map[string]any{"prompt": []string{"a", "b"}}, status: 400, want: "batched"},
+		{name: "negative token", path: "/v1/completions", body: map[string]any{"prompt": []int{1, -2}}, status: 400, want: "out of range"},
+		{name: "out of vocabulary", path: "/v1/completions", body: map[string]any{"prompt": []int{1, 5000}}, status: 400,
+			want: "the model server refused the request: Token id 5000 is out of vocabulary"},
+		{name: "bad session id", path: "/v1/chat/completions", header: map[string]string{HeaderSessionID: "a/b"}, body: chatBody(nil), status: 400, want: "session id"},
+		{name: "session ids differ", path: "/v1/chat/completions", header: map[string]string{HeaderSessionID: "a"}, body: chatBody(map[string]any{"session_id": "b"}), status: 400, want: "differ"},
+		{name: "unknown session finish", path: "/v1/sessions/nobody/finish", body: map[string]any{"reward": 1}, status: 404, want: "no such session"},
+		{name: "finish without reward", path: "/v1/sessions/nobody/finish", body: map[string]any{}, status: 400, want: "reward"},
+		{name: "unknown path", path: "/v1/nothing", body: chatBody(nil), status: 404, want: "unknown endpoint POST /v1/nothing"},
+		{name: "unknown GET path", method: http.MethodGet, path: "/", status: 404, want: "unknown endpoint GET /"},
+		{name: "wrong method", method: http.MethodGet, path: "/v1/chat/completions", status: 405,
+			want: "method GET is not allowed on /v1/chat/completions", allow: "POST"},
+		{name: "wrong method on a session", method: http.MethodPut, path: "/v1/sessions/s1", status: 405,
+			want: "method PUT is not allowed on /v1/sessions/s1", allow: "DELETE, GET, HEAD"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := f.do(http.MethodPost, tc.path, tc.header, tc.body)
+			r, err := f.do(cmp.Or(tc.method, http.MethodPost), tc.path, tc.header, tc.body)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var e errorBody
-			if r.status != tc.status || json.Unmarshal(r.body, &e) != nil || e.Error.Code != tc.status ||
-				e.Error.Type != errorType(tc.status) || !strings.Contains(e.Error.Message, tc.want) {
-				t.Errorf("got %s, want %d with %q", r, tc.status, tc.want)
+			msg, param := checkError(t, r, tc.status)
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("message %q, want it to contain %q", msg, tc.want)
+			}
+			if got := cmp.Or(param, new(string)); *got != tc.param {
+				t.Errorf("param %q, want %q", *got, tc.param)
+			}
+			if got := r.header.Get("Allow"); got != tc.allow {
+				t.Errorf("Allow %q, want %q", got, tc.allow)
 			}
 		})
 	}
@@ -558,8 +599,11 @@ func TestNoWorker(t *testing.T) {
 		{http.MethodGet, "/v1/models", nil},
 		{http.MethodPost, "/tokenize", map[string]any{"prompt": "hi"}},
 	} {
-		r := f.must(t, http.StatusServiceUnavailable, tc.method, tc.path, map[string]string{HeaderSessionID: "s"}, tc.body)
-		if !strings.Contains(r.errorMessage(), "no LLM worker") {
+		r, err := f.do(tc.method, tc.path, map[string]string{HeaderSessionID: "s"}, tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg, _ := checkError(t, r, http.StatusServiceUnavailable); msg != "the model server is unavailable: no LLM worker answered" {
 			t.Errorf("%s: %s", tc.path, r)
 		}
 	}
@@ -574,8 +618,11 @@ func TestTimeout(t *testing.T) {
 		toy:     toyllm.Options{TokenLatency: time.Second},
 		gateway: Options{RequestTimeout: 300 * time.Millisecond, Model: "toy", MaxModelLen: 4096},
 	})
-	r := f.must(t, http.StatusGatewayTimeout, http.MethodPost, "/v1/completions", nil, map[string]any{"prompt": []int{65, 66}, "max_tokens": 8})
-	if !strings.Contains(r.errorMessage(), "did not answer in time") {
+	r, err := f.do(http.MethodPost, "/v1/completions", nil, map[string]any{"prompt": []int{65, 66}, "max_tokens": 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg, _ := checkError(t, r, http.StatusGatewayTimeout); msg != "the model server did not answer in time" {
 		t.Errorf("%s", r)
 	}
 }

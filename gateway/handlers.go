@@ -38,6 +38,8 @@ const (
 // tokenIDPrefix starts each token string when return_tokens_as_token_ids is set.
 const tokenIDPrefix = "token_id:"
 
+// routes returns the API's handler: the endpoints, and an error body for a request none of
+// them serves.
 func (g *Gateway) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", g.handleHealth)
@@ -52,15 +54,53 @@ func (g *Gateway) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/verify", g.wrap(g.handleVerify))
 	mux.HandleFunc("POST /v1/responses", g.wrap(g.handleResponses))
 	mux.HandleFunc("DELETE /v1/sessions/{id}", g.wrap(g.handleDiscard))
-	return mux
+	unrouted := g.wrap(func(w http.ResponseWriter, r *http.Request) error { return unroutedError(w, r, mux) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			unrouted(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
-// wrap adapts a handler that returns an error, answering the error in vLLM's format.
+// unroutedError is the error answering a request that no endpoint serves: 405, with the Allow
+// header, for a method the path does not take, else 404. The mux decides which.
+func unroutedError(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) error {
+	h, _ := mux.Handler(r)
+	probe := &statusProbe{header: http.Header{}}
+	h.ServeHTTP(probe, r)
+	path := r.URL.EscapedPath()
+	if len(path) > maxPathInError {
+		path = path[:maxPathInError] + "…"
+	}
+	if allow := probe.header.Get("Allow"); probe.status == http.StatusMethodNotAllowed && allow != "" {
+		w.Header().Set("Allow", allow)
+		return vllmapi.StatusError(http.StatusMethodNotAllowed, "method %s is not allowed on %s (allowed: %s)", r.Method, path, allow)
+	}
+	return vllmapi.StatusError(http.StatusNotFound, "unknown endpoint %s %s", r.Method, path)
+}
+
+// maxPathInError bounds the request path an error message repeats.
+const maxPathInError = 256
+
+// statusProbe is a ResponseWriter that keeps only the status and the header written to it.
+type statusProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header { return p.header }
+
+func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
+
+func (p *statusProbe) WriteHeader(status int) { p.status = status }
+
+// wrap adapts a handler that returns an error, answering the error with OpenAI's error body.
 func (g *Gateway) wrap(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		g.requests.Add(1)
 		if err := h(w, r); err != nil {
-			g.errs.Add(1)
 			g.writeError(w, r, err)
 		}
 	}
@@ -832,7 +872,7 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, l *lease, req *
 			// Nothing is lost: the session stays open, and a retry republishes under the same
 			// ids, which the stream de-duplicates.
 			l.release(true, time.Now())
-			return fmt.Errorf("%w: publishing session %q: %w", ErrUnavailable, id, err)
+			return fmt.Errorf("%w: publishing session %q: %w", ErrNotStored, id, err)
 		}
 		resp.Segments[k] = rep
 	}
@@ -858,7 +898,7 @@ func (g *Gateway) handleDiscard(w http.ResponseWriter, r *http.Request) error {
 	calls := l.callsMade()
 	if err := g.publishFailure(r.Context(), id, g.opts.Env, "session discarded by the client", calls); err != nil {
 		l.release(true, time.Now())
-		return fmt.Errorf("%w: publishing session %q: %w", ErrUnavailable, id, err)
+		return fmt.Errorf("%w: publishing session %q: %w", ErrNotStored, id, err)
 	}
 	l.end(time.Now())
 	g.discarded.Add(1)

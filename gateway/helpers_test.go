@@ -56,7 +56,7 @@ type fixtureOptions struct {
 	noWorker bool
 }
 
-func newFixture(t *testing.T, fo fixtureOptions) *fixture {
+func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	t.Helper()
 	f := &fixture{subj: messages.NewSubjects(""), run: cmp.Or(fo.gateway.Run, DefaultRun)}
 	f.srv = bustest.RunServer(t)
@@ -83,7 +83,9 @@ func newFixture(t *testing.T, fo fixtureOptions) *fixture {
 		f.startWorker(t)
 	}
 
-	fo.gateway.Logger = slog.New(slog.DiscardHandler)
+	if fo.gateway.Logger == nil {
+		fo.gateway.Logger = slog.New(slog.DiscardHandler)
+	}
 	f.gw, err = New(bustest.Connect(t, f.srv, "gateway"), fo.gateway)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +105,7 @@ func newFixture(t *testing.T, fo fixtureOptions) *fixture {
 
 // startWorker runs an LLM worker for the model server until the test ends, and waits until
 // it answers every subject the gateway uses.
-func (f *fixture) startWorker(t *testing.T) {
+func (f *fixture) startWorker(t testing.TB) {
 	t.Helper()
 	w, err := llm.New(bustest.Connect(t, f.srv, "llm"), llm.Options{Endpoints: []string{f.model}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -170,6 +172,41 @@ func (r *response) errorMessage() string {
 		return ""
 	}
 	return e.Error.Message
+}
+
+// internalWords are what an error message must never show a client: addresses, subjects,
+// Go package and type names, Go's own JSON error wording.
+var internalWords = []string{"http://", "https://", "127.0.0.1", "gateway.", "gateway: model", "vllm:", "llm:", "rf.llm.", "json:", "Go value", "[]"}
+
+// checkError checks an error answer: its status, OpenAI's error body with exactly message,
+// type (invalid_request_error for a 4xx, server_error for a 5xx), param and a null code, and a
+// message that says nothing internal. It returns the message and the param.
+func checkError(t testing.TB, r *response, status int) (message string, param *string) {
+	t.Helper()
+	var body map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(r.body, &body); err != nil || len(body) != 1 || body["error"] == nil {
+		t.Fatalf("got %s, want status %d with an error body", r, status)
+	}
+	e := body["error"]
+	wantType := "invalid_request_error"
+	if status >= 500 {
+		wantType = "server_error"
+	}
+	var typ string
+	if r.status != status || len(e) != 4 || json.Unmarshal(e["message"], &message) != nil || message == "" ||
+		json.Unmarshal(e["type"], &typ) != nil || typ != wantType || json.Unmarshal(e["param"], &param) != nil ||
+		string(e["code"]) != "null" {
+		t.Fatalf("got %s, want status %d with {message, type %q, param, code null}", r, status, wantType)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q of %s", ct, r)
+	}
+	for _, w := range internalWords {
+		if strings.Contains(message, w) {
+			t.Errorf("message %q shows %q", message, w)
+		}
+	}
+	return message, param
 }
 
 // do sends one request to the gateway; body is encoded as JSON unless it is a []byte.

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,13 +61,25 @@ func (g *Gateway) bounded(ctx context.Context) (context.Context, context.CancelF
 const timeoutSlack = 250 * time.Millisecond
 
 // replyError turns an LLM worker's error reply to a request with the given deadline (unix
-// nanoseconds) into the error the client gets: the model server's own 400 for a bad request
-// or a prompt that does not fit, 503 when no model server could serve it, 504 when the
-// deadline passed first.
+// nanoseconds) into the error the client gets: the model server's refusal of a bad request or
+// of a prompt that does not fit, 503 when no model server could serve it, 504 when the
+// deadline passed first. The reply's whole text, internal addresses included, is kept for the
+// log only.
 func replyError(subject, text, code string, deadline int64) error {
 	switch code {
 	case messages.CodeContextLength, messages.CodeInvalid:
-		return &vllmapi.Error{Status: http.StatusBadRequest, Err: errors.New(text)}
+		status, said, ok := modelServerAnswer(text)
+		switch {
+		case ok && status == http.StatusRequestEntityTooLarge:
+			said = "the prompt is too long for the model: the model server refused it as too large (" + said + ")"
+		case ok && code == messages.CodeInvalid:
+			said = "the model server refused the request: " + said
+		case !ok && code == messages.CodeContextLength:
+			said = "the prompt is too long for the model"
+		case !ok:
+			return fmt.Errorf("%w: %s: %s", ErrRefused, subject, text)
+		}
+		return &refusal{message: said, err: fmt.Errorf("%s: %s", subject, text)}
 	case messages.CodeUnavailable:
 		if time.Now().Add(timeoutSlack).UnixNano() >= deadline {
 			return fmt.Errorf("%w: %s", ErrTimeout, text)
@@ -73,6 +88,44 @@ func replyError(subject, text, code string, deadline int64) error {
 	}
 	return fmt.Errorf("%w: %s answered code %q: %s", ErrBadReply, subject, code, text)
 }
+
+// refusal is a model server's refusal of a request (HTTP 400): message says why in the
+// client's terms, err is the LLM worker's whole reply, for the log.
+type refusal struct {
+	message string
+	err     error
+}
+
+func (e *refusal) Error() string { return e.err.Error() }
+
+// modelServerPrefix starts the model server's answer in an LLM worker's error text, as the
+// vllm client writes it: "vllm: HTTP <status>[ <type>][ (code <code>)]: <message>", after
+// the call and the address it went to.
+const modelServerPrefix = "vllm: HTTP "
+
+// modelServerAnswer finds the model server's answer in an LLM worker's error text: its HTTP
+// status and its message, with any address in it hidden.
+func modelServerAnswer(text string) (status int, message string, ok bool) {
+	i := strings.Index(text, modelServerPrefix)
+	if i < 0 {
+		return 0, "", false
+	}
+	rest := text[i+len(modelServerPrefix):]
+	digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+	status, err := strconv.Atoi(rest[:digits])
+	if err != nil {
+		return 0, "", false
+	}
+	_, message, found := strings.Cut(rest[digits:], ": ")
+	if !found || message == "" {
+		message = http.StatusText(status)
+	}
+	return status, addresses.ReplaceAllString(message, "<address>"), true
+}
+
+// addresses matches URLs, which a model server or a proxy in front of it may put in its
+// messages.
+var addresses = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]*`)
 
 // modelInfo returns the served models, the first being the one requests go to: from Options
 // when Model and MaxModelLen are set, else from the LLM workers, cached for ModelInfoTTL.
