@@ -68,6 +68,9 @@ func TestMain(m *testing.M) {
 // binaries builds the image's binaries once and returns their directory.
 func binaries(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds every binary (without -short)")
+	}
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "rollfleet-deploy-bin-")
 		if binErr != nil {

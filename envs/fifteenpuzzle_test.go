@@ -699,9 +699,9 @@ func TestFifteenPuzzleBeforeReset(t *testing.T) {
 // matches, within a generous deadline.
 func TestFifteenPuzzleHugeAction(t *testing.T) {
 	actions := map[string]string{
-		"near misses": strings.Repeat(`\boxed{dow`, 1<<20/10),
-		"matches":     strings.Repeat(`\boxed{up}`, 1<<20/10) + `\boxed{down}`,
-		"backslashes": strings.Repeat(`\`, 1<<20),
+		"near misses": strings.Repeat(`\boxed{dow`, hugeLen()/10),
+		"matches":     strings.Repeat(`\boxed{up}`, hugeLen()/10) + `\boxed{down}`,
+		"backslashes": strings.Repeat(`\`, hugeLen()),
 	}
 	for name, action := range actions {
 		t.Run(name, func(t *testing.T) {

@@ -776,7 +776,7 @@ func TestGame2048BeforeReset(t *testing.T) {
 // directionHugeActions are 1 MB actions of several shapes, each ending in one
 // real move, for the games that take a boxed direction (2048, Sokoban).
 func directionHugeActions() map[string]string {
-	const mb = 1 << 20
+	mb := hugeLen()
 	rng := NewRNG(5)
 	noise := make([]byte, mb)
 	for i := range noise {

@@ -621,9 +621,9 @@ func TestTowerofHanoiBeforeReset(t *testing.T) {
 // must finish well within a generous deadline.
 func TestTowerofHanoiHugeAction(t *testing.T) {
 	for _, action := range []string{
-		strings.Repeat(`\boxed{A C}`, 1<<20/len(`\boxed{A C}`)) + `\boxed{A B}`, // many matches
-		`\boxed{A` + strings.Repeat("\u3000", 1<<20/3) + `B}`,                   // one long whitespace run
-		strings.Repeat(`\boxed{A `, 1<<20/9),                                    // many failing candidates
+		strings.Repeat(`\boxed{A C}`, hugeLen()/len(`\boxed{A C}`)) + `\boxed{A B}`, // many matches
+		`\boxed{A` + strings.Repeat("\u3000", hugeLen()/3) + `B}`,                   // one long whitespace run
+		strings.Repeat(`\boxed{A `, hugeLen()/9),                                    // many failing candidates
 	} {
 		r := stepWithin(t, newTestEnv(t, hanoiEasy, "", ""), action, time.Minute)
 		if r.Observation != hanoiMoved(1, 1, "A", "B") && r.Observation != hanoiNoAction {

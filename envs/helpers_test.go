@@ -381,3 +381,12 @@ func mustRestore(t testing.TB, env Env, state string) {
 		t.Fatalf("Restore(%s): %v", state, err)
 	}
 }
+
+// hugeLen is the size of the huge actions that show a parser is linear:
+// 1 MiB, or 64 KiB with -short (the race detector makes a megabyte slow).
+func hugeLen() int {
+	if testing.Short() {
+		return 64 << 10
+	}
+	return 1 << 20
+}

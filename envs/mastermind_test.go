@@ -738,7 +738,7 @@ func TestMastermindBeforeReset(t *testing.T) {
 // TestMastermindHugeAction steps 1 MB actions of several shapes: each must
 // finish well within a generous deadline (the parser is linear).
 func TestMastermindHugeAction(t *testing.T) {
-	const size = 1 << 20
+	size := hugeLen()
 	actions := map[string]string{
 		"many entries":      `\boxed{` + strings.Repeat("1 ", size/2) + `1}`,
 		"one long run":      `\boxed{` + strings.Repeat("7", size) + `}`,

@@ -771,10 +771,10 @@ func TestMinesweeperBeforeReset(t *testing.T) {
 // this takes milliseconds; the deadline only catches a pathological slowdown.
 func TestMinesweeperHugeAction(t *testing.T) {
 	actions := []string{
-		strings.Repeat(`\boxed{reveal 1 1}`, 1<<20/18) + `\boxed{flag 0 0}`,
-		`\boxed{reveal ` + strings.Repeat("9", 1<<20) + ` 0}`,
-		strings.Repeat(`\boxed{reveal 1 `, 1<<20/16),
-		strings.Repeat("\u3000", 1<<20/3),
+		strings.Repeat(`\boxed{reveal 1 1}`, hugeLen()/18) + `\boxed{flag 0 0}`,
+		`\boxed{reveal ` + strings.Repeat("9", hugeLen()) + ` 0}`,
+		strings.Repeat(`\boxed{reveal 1 `, hugeLen()/16),
+		strings.Repeat("\u3000", hugeLen()/3),
 	}
 	wants := []string{msAdded(1, 0, 0), noGuess(1), noGuess(1), noGuess(1)}
 	for i, act := range actions {

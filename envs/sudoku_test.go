@@ -614,10 +614,10 @@ func TestSudokuBeforeReset(t *testing.T) {
 // the regexp engine is linear, so this must finish well within the deadline.
 func TestSudokuHugeAction(t *testing.T) {
 	actions := map[string]string{
-		"near misses": strings.Repeat(`\boxed{1 1 `, 1<<20/11),
-		"digits":      `\boxed{` + strings.Repeat("7", 1<<20),
+		"near misses": strings.Repeat(`\boxed{1 1 `, hugeLen()/11),
+		"digits":      `\boxed{` + strings.Repeat("7", hugeLen()),
 		"spaces":      `\boxed{1` + strings.Repeat(" 1", 1<<19),
-		"many moves":  strings.Repeat(`\boxed{1 1 2}`, 1<<20/13) + `\boxed{1 1 1}`,
+		"many moves":  strings.Repeat(`\boxed{1 1 2}`, hugeLen()/13) + `\boxed{1 1 1}`,
 	}
 	for name, action := range actions {
 		env := newTestEnv(t, sudokuEasy, "", sudokuSD)

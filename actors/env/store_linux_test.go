@@ -28,6 +28,9 @@ import (
 // trajectory, none as a failure, none delivered beyond the limit. It needs
 // root (it mounts a tmpfs).
 func TestDiskFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a file system and waits out redeliveries")
+	}
 	const episodes = 12
 	dir := bustest.MountTmpfs(t, "64m")
 	s, sopts := runServerOn(t, filepath.Join(dir, "store"))

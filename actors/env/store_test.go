@@ -82,6 +82,9 @@ func TestGiveUpReason(t *testing.T) {
 // than MaxDeliver times AckWait: publishes and reads find no responders
 // meanwhile, and heartbeats go nowhere.
 func TestJetStreamDisabled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out MaxDeliver times AckWait with JetStream off")
+	}
 	const episodes = 12
 	dir := t.TempDir()
 	s, _ := runServerOn(t, dir)
