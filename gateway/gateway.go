@@ -139,7 +139,8 @@ func positiveOr[T int | int64 | time.Duration](v, def T) T {
 
 // Stats are a gateway's counters.
 type Stats struct {
-	// Requests counts the HTTP requests served; Errors those answered with an error.
+	// Requests counts the HTTP requests served; Errors those answered with an error (not
+	// those whose client disconnected before the answer).
 	Requests, Errors uint64
 	// Calls counts model calls recorded in sessions; Drifts those that began a new segment.
 	Calls, Drifts uint64
