@@ -625,6 +625,11 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		{"gateway", subj.Episodes("run-1", "game:GuessTheNumber-v0")},
 		{"gateway", subj.Groups("run-1", "chat")},
 		{"gateway", subj.Failures("run-1", messages.FailureMalformed)},
+		// The gateway records its own run's sessions only: another run's
+		// outcomes are the collector's.
+		{"gateway", subj.Trajectories("run-1", "game:GuessTheNumber-v0")},
+		{"gateway", subj.Failures("run-1", messages.FailureEpisode)},
+		{"gateway", subj.Trajectories("gateway2", "chat")},
 		// Only the trainer (and the admin) announce the policy state and
 		// ask the workers for their status.
 		{"envworker", subj.Control()},
@@ -660,12 +665,12 @@ func TestAuthConfRefusesOtherSubjects(t *testing.T) {
 		}
 	})
 
-	t.Run("workers read the control stream by its subject only", func(t *testing.T) {
+	t.Run("roles read the control stream by direct get only", func(t *testing.T) {
 		for role, api := range map[string]string{
-			"envworker": "$JS.API.DIRECT.GET." + subj.StreamControl(),
+			"envworker": "$JS.API.STREAM.MSG.GET." + subj.StreamControl(),
 			"llmworker": "$JS.API.STREAM.MSG.GET." + subj.StreamControl(),
 			"collector": "$JS.API.DIRECT.GET." + subj.StreamControl() + "." + subj.ControlWorkers(),
-			"gateway":   "$JS.API.DIRECT.GET." + subj.StreamControl() + "." + subj.Control(),
+			"gateway":   "$JS.API.DIRECT.GET." + subj.StreamControl(),
 		} {
 			nc, _, _ := connectAs(t, url, role)
 			if err := nc.PublishRequest(api, nc.NewRespInbox(), []byte(`{"seq":1}`)); err != nil {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +38,9 @@ type Client struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	subj messages.Subjects
+
+	mu  sync.Mutex
+	led *ledger // the stored states read so far
 }
 
 // NewClient returns a client on nc for the fleet under subj (the zero value
@@ -48,16 +53,26 @@ func NewClient(nc *nats.Conn, subj messages.Subjects) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control: %w", err)
 	}
-	return &Client{nc: nc, js: js, subj: subj}, nil
+	return &Client{nc: nc, js: js, subj: subj, led: newLedger(subj, slog.Default())}, nil
 }
 
-// State reads the fleet's current policy state.
+// State reads the fleet's current policy state: the one its workers apply,
+// the last stored state but for any stored with a lower version than an
+// earlier one (which the workers refuse).
 func (c *Client) State(ctx context.Context) (messages.PolicyState, error) {
-	st, _, err := current(ctx, c.js, c.subj)
-	if err != nil {
-		return messages.PolicyState{}, err
+	st, _, _, err := c.read(ctx)
+	return st, err
+}
+
+// read brings the client's ledger up to date and returns the applied state,
+// the last sequence stored and the highest epoch stored.
+func (c *Client) read(ctx context.Context) (st messages.PolicyState, seq, epoch uint64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.led.update(ctx, c.js, nil); err != nil {
+		return messages.PolicyState{}, 0, 0, err
 	}
-	return *st, nil
+	return c.led.state, c.led.read, c.led.epoch, nil
 }
 
 // Pause holds every new generation and returns once no LLM worker has one
@@ -103,48 +118,52 @@ func (c *Client) Resume(ctx context.Context, version int64) (messages.PolicyStat
 	})
 }
 
-// announce stores the next state, change applied to the current one. The
-// store refuses it when another announcement came first; it is then made
-// again on that one, so two trainers never lose each other's changes.
+// announce stores the next state, change applied to the current one, and
+// returns it once the stream holds it. The store refuses it when another
+// announcement came first; it is then made again on that one, so two
+// trainers never lose each other's changes. Its epoch is one more than any
+// stored before.
 func (c *Client) announce(ctx context.Context, change func(*messages.PolicyState) error) (messages.PolicyState, error) {
 	for {
-		cur, seq, err := current(ctx, c.js, c.subj)
+		cur, seq, epoch, err := c.read(ctx)
 		if err != nil {
 			return messages.PolicyState{}, err
 		}
-		next := *cur
+		next := cur
 		if err := change(&next); err != nil {
-			return *cur, err
+			return cur, err
 		}
-		next.V, next.Epoch, next.Time = messages.Version, cur.Epoch+1, time.Now().UnixNano()
+		next.V, next.Epoch, next.Time = messages.Version, epoch+1, time.Now().UnixNano()
 		data, err := messages.Marshal(&next)
 		if err != nil {
-			return *cur, fmt.Errorf("control: encode policy state: %w", err)
+			return cur, fmt.Errorf("control: encode policy state: %w", err)
 		}
 		_, err = c.js.Publish(ctx, c.subj.Control(), data, jetstream.WithExpectLastSequencePerSubject(seq))
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 			if err := backoff(ctx); err != nil {
-				return *cur, err
+				return cur, err
 			}
 			continue
 		}
 		if err != nil {
-			return *cur, fmt.Errorf("control: announce policy state: %w", err)
+			return cur, fmt.Errorf("control: announce policy state: %w", err)
 		}
 		// The acknowledgement travels to an inbox that other clients with
-		// response rights could answer first: the state stored is read
-		// back, and an announcement whose epoch holds another state was
-		// refused after all, and is made again.
-		stored, _, err := current(ctx, c.js, c.subj)
+		// response rights could answer first: the state stored after seq
+		// is read back, and an announcement not found there was refused
+		// after all, and is made again.
+		c.mu.Lock()
+		stored, err := c.led.storedAt(ctx, seq, next)
+		c.mu.Unlock()
 		if err != nil {
-			return *cur, err
+			return cur, err
 		}
-		if stored.Epoch > next.Epoch || *stored == next {
+		if stored {
 			return next, nil
 		}
 		if err := backoff(ctx); err != nil {
-			return *cur, err
+			return cur, err
 		}
 	}
 }

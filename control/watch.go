@@ -3,9 +3,13 @@
 // while it swaps them) and the workers' answers about what they apply and
 // have in flight.
 //
-// The state is the last message on Subjects.Control, kept by the control
-// stream. Workers follow it with a Watcher; trainers change it with a
-// Client, whose Pause returns once no generation runs on a model server.
+// The state is what the control stream stored on Subjects.Control: its
+// last message, unless that one's policy version is lower than an earlier
+// one's (versions never decrease; such a state is refused, and logged).
+// Workers follow it with a Watcher; trainers change it with a Client, whose
+// Pause returns once no generation runs on a model server. Both read the
+// stream only: an announcement the stream refused is never applied, however
+// many subscribers of the subject received it.
 package control
 
 import (
@@ -26,6 +30,12 @@ import (
 // heals an announcement it missed while disconnected.
 const DefaultResync = 5 * time.Second
 
+// rereads are the delays between the reads a message on the control
+// subject sets off: it may reach the watcher before the stream has stored
+// it, or have been refused, and then is never stored.
+var rereads = []time.Duration{0, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond,
+	40 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond, 320 * time.Millisecond}
+
 // WatchOptions configures Watch. Zero values take the defaults noted.
 type WatchOptions struct {
 	// Subjects names the subjects (default prefix "rf").
@@ -33,7 +43,8 @@ type WatchOptions struct {
 	// Resync is how often the stored state is read again (default
 	// DefaultResync).
 	Resync time.Duration
-	// Logger receives "fleet paused" and "fleet resumed" lines (default
+	// Logger receives "fleet paused" and "fleet resumed" lines, refused
+	// states, and at debug level every state applied (default
 	// slog.Default()).
 	Logger *slog.Logger
 }
@@ -46,6 +57,8 @@ type Watcher struct {
 	opts WatchOptions
 	log  *slog.Logger
 	sub  *nats.Subscription
+	led  *ledger       // read by Watch, then by the loop alone
+	wake chan struct{} // a message on the control subject: read the stream
 
 	mu    sync.Mutex
 	state messages.PolicyState
@@ -77,16 +90,17 @@ func Watch(ctx context.Context, nc *nats.Conn, opts WatchOptions) (*Watcher, err
 	if err != nil {
 		return nil, fmt.Errorf("control: %w", err)
 	}
-	w := &Watcher{nc: nc, js: js, opts: opts, log: opts.Logger, changed: make(chan struct{}), done: make(chan struct{})}
-	// Subscribed before the first read, so no announcement falls between
-	// the two: whichever arrives later is ignored by its epoch.
-	w.sub, err = nc.Subscribe(opts.Subjects.Control(), func(m *nats.Msg) {
-		st, err := messages.Decode[messages.PolicyState](m.Data)
-		if err != nil {
-			w.log.Warn("malformed policy state", "err", err)
-			return
+	w := &Watcher{nc: nc, js: js, opts: opts, log: opts.Logger, led: newLedger(opts.Subjects, opts.Logger),
+		wake: make(chan struct{}, 1), changed: make(chan struct{}), done: make(chan struct{})}
+	// A message on the subject is only a sign that the stream may hold a
+	// new state: what it says is never applied, for the stream may have
+	// refused it. Subscribed before the first read, so that no stored
+	// state falls between the two.
+	w.sub, err = nc.Subscribe(opts.Subjects.Control(), func(*nats.Msg) {
+		select {
+		case w.wake <- struct{}{}:
+		default: // a read is due already
 		}
-		w.apply(st)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("control: subscribe %s: %w", opts.Subjects.Control(), err)
@@ -97,7 +111,7 @@ func Watch(ctx context.Context, nc *nats.Conn, opts WatchOptions) (*Watcher, err
 	}
 	loop, stop := context.WithCancel(context.WithoutCancel(ctx))
 	w.stop = stop
-	go w.resyncLoop(loop)
+	go w.loop(loop)
 	return w, nil
 }
 
@@ -157,21 +171,19 @@ func (w *Watcher) WaitRunning(ctx context.Context) (messages.PolicyState, error)
 	}
 }
 
-// apply takes st when it is newer than the state known.
-func (w *Watcher) apply(st *messages.PolicyState) {
+// apply takes st, the state stored at sequence seq, which the ledger
+// applies.
+func (w *Watcher) apply(seq uint64, st messages.PolicyState) {
 	w.mu.Lock()
-	if st.Epoch <= w.state.Epoch {
-		w.mu.Unlock()
-		return
-	}
 	was := w.state
-	w.state = *st
+	w.state = st
 	if st.Paused {
 		w.lastPause = st.Epoch
 	}
 	close(w.changed)
 	w.changed = make(chan struct{})
 	w.mu.Unlock()
+	w.log.Debug("policy state applied", "seq", seq, "epoch", st.Epoch, "policy_version", st.Version, "paused", st.Paused, "time_ns", st.Time)
 	switch {
 	case st.Paused && !was.Paused:
 		w.log.Info("fleet paused", "policy_version", st.Version, "on_pause", onPause(st.OnPause))
@@ -182,7 +194,9 @@ func (w *Watcher) apply(st *messages.PolicyState) {
 	}
 }
 
-func (w *Watcher) resyncLoop(ctx context.Context) {
+// loop reads the stream at every resync and after every message on the
+// control subject, until ctx ends.
+func (w *Watcher) loop(ctx context.Context) {
 	defer close(w.done)
 	t := time.NewTicker(w.opts.Resync)
 	defer t.Stop()
@@ -192,6 +206,29 @@ func (w *Watcher) resyncLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			w.resync(ctx)
+		case <-w.wake:
+			w.reread(ctx)
+		}
+	}
+}
+
+// reread reads the stream until it holds a state not read before, or
+// rereads run out: the message that set it off was refused, or is older.
+func (w *Watcher) reread(ctx context.Context) {
+	for _, d := range rereads {
+		if d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		read := w.led.read
+		w.resync(ctx)
+		if w.led.read != read {
+			return
 		}
 	}
 }
@@ -202,13 +239,12 @@ func (w *Watcher) first(ctx context.Context) error {
 	delay := 50 * time.Millisecond
 	for {
 		rctx, cancel := context.WithTimeout(ctx, w.opts.Resync)
-		st, _, err := current(rctx, w.js, w.opts.Subjects)
+		err := w.led.update(rctx, w.js, w.apply)
 		cancel()
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil // nobody announced anything: the initial state
 		}
 		if err == nil {
-			w.apply(st)
 			return nil
 		}
 		w.log.Warn("cannot read the fleet's policy state yet; waiting", "err", err, "retry_in", delay)
@@ -223,37 +259,13 @@ func (w *Watcher) first(ctx context.Context) error {
 	}
 }
 
-// resync reads the stored state and applies it if it is newer.
+// resync reads the states stored since the last read and applies them.
 func (w *Watcher) resync(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.Resync)
 	defer cancel()
-	st, _, err := current(ctx, w.js, w.opts.Subjects)
-	if err != nil {
+	if err := w.led.update(ctx, w.js, w.apply); err != nil {
 		w.log.Debug("read policy state", "err", err)
-		return
 	}
-	w.apply(st)
-}
-
-// current reads the stored policy state and its stream sequence; with none
-// stored, the initial state and sequence 0.
-func current(ctx context.Context, js jetstream.JetStream, subj messages.Subjects) (*messages.PolicyState, uint64, error) {
-	stream, err := js.Stream(ctx, subj.StreamControl())
-	if err != nil {
-		return nil, 0, fmt.Errorf("control: stream %s: %w", subj.StreamControl(), err)
-	}
-	raw, err := stream.GetLastMsgForSubject(ctx, subj.Control())
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return &messages.PolicyState{V: messages.Version}, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("control: read %s: %w", subj.Control(), err)
-	}
-	st, err := messages.Decode[messages.PolicyState](raw.Data)
-	if err != nil {
-		return nil, 0, fmt.Errorf("control: stored policy state: %w", err)
-	}
-	return st, raw.Sequence, nil
 }
 
 // onPause is a state's OnPause with its default filled in.
