@@ -99,9 +99,15 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 		}
 	}
 	// A work queue: an acked episode is gone, an unacked one comes back to
-	// another worker.
+	// another worker. Direct gets let "nats stream view" page it (a work
+	// queue refuses the viewer's consumer); rollfleet reads it only through
+	// consumers, so a get answered by a lagging replica misleads nobody.
+	// The output queues keep them off: the trainer asks them by get whether
+	// an acknowledged record is gone, which must not be a replica's stale
+	// answer (and roles allowed MSG.GET would need DIRECT.GET too).
 	episodes := limits(subj.StreamEpisodes(), subj.EpisodesAll(), 0)
 	episodes.Retention = jetstream.WorkQueuePolicy
+	episodes.AllowDirect = true
 	steps := limits(subj.StreamSteps(), subj.StepsAll(), opts.StepsMaxAge)
 	steps.MaxBytes = opts.StepsMaxBytes
 	steps.Duplicates = opts.StepsDuplicateWindow
@@ -157,10 +163,13 @@ const ControlHistory = 64
 
 // EnsureStreams creates every rollfleet stream that does not exist yet.
 // Every actor calls it at start, so any one of them can bring up an empty
-// server. It never changes an existing stream: a worker started with other
-// defaults must not, say, scale a cluster's three replicas down to one. A
-// stream whose replicas or retention differ from opts is reported, and the
-// caller decides.
+// server. It changes an existing stream only to turn direct gets on or off
+// as StreamConfigs has them (a stream made by an older rollfleet), nothing
+// else: a worker started with other defaults must not, say, scale a
+// cluster's three replicas down to one. A stream whose replicas or
+// retention differ from opts, or whose direct gets could not be changed
+// (a user not allowed to update streams), is reported, and the caller
+// decides.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, opts StreamOptions) error {
 	opts.setDefaults()
 	var mismatched []string
@@ -188,6 +197,12 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, subj messages.Su
 			// stream's retention, and a limits stream never frees what
 			// its readers consumed.
 			mismatched = append(mismatched, fmt.Sprintf("%s has %s retention, not %s (recreate it, or use a new data dir)", cfg.Name, have.Retention, cfg.Retention))
+		}
+		if have.AllowDirect != cfg.AllowDirect {
+			have.AllowDirect = cfg.AllowDirect
+			if _, err := js.UpdateStream(ctx, have); err != nil {
+				mismatched = append(mismatched, fmt.Sprintf("%s: allow_direct not set to %v: %v", cfg.Name, cfg.AllowDirect, err))
+			}
 		}
 	}
 	if len(mismatched) > 0 {

@@ -188,6 +188,48 @@ func TestEnsureStreamsRetentionMismatch(t *testing.T) {
 	}
 }
 
+// TestEnsureStreamsAllowsDirect: the episodes queue allows direct gets
+// (which "nats stream view" needs to page a work queue), and EnsureStreams
+// turns them on in a queue made without them, changing nothing else.
+func TestEnsureStreamsAllowsDirect(t *testing.T) {
+	s := bustest.RunServer(t)
+	js := bustest.JetStream(t, s, "test")
+	subj := messages.NewSubjects("")
+	ctx := context.Background()
+	direct := map[string]bool{subj.StreamEpisodes(): true, subj.StreamControl(): true}
+	var old jetstream.StreamConfig
+	for _, cfg := range bus.StreamConfigs(subj, bus.StreamOptions{Batches: true}) {
+		if cfg.AllowDirect != direct[cfg.Name] {
+			t.Errorf("%s: allow_direct %v, want %v", cfg.Name, cfg.AllowDirect, direct[cfg.Name])
+		}
+		if cfg.Name == subj.StreamEpisodes() {
+			old = cfg
+		}
+	}
+	old.AllowDirect = false
+	if _, err := js.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, subj.Episodes("r", "e"), []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatalf("EnsureStreams over %s without direct gets: %v", old.Name, err)
+	}
+	st, err := js.Stream(ctx, old.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := st.CachedInfo()
+	if !info.Config.AllowDirect || info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.MaxBytes != old.MaxBytes || info.State.Msgs != 1 {
+		t.Errorf("%s after EnsureStreams: allow_direct %v, retention %v, max bytes %d, %d messages; want direct gets, the rest as it was",
+			old.Name, info.Config.AllowDirect, info.Config.Retention, info.Config.MaxBytes, info.State.Msgs)
+	}
+	if m, err := st.GetMsg(ctx, 1); err != nil || string(m.Data) != "kept" {
+		t.Errorf("direct get of message 1: %v %v", m, err)
+	}
+}
+
 // The output streams are work queues (a record is freed once its reader
 // acknowledges it); the steps, decisions, control and batches streams keep
 // their limits. The batches stream is the trainers' alone: only they ask
