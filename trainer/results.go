@@ -335,17 +335,15 @@ func (r *reader) drainTrajectories(ctx context.Context) error {
 				_ = m.Nak()
 				continue
 			}
-			id := m.Headers().Get(jetstream.MsgIDHeader)
-			if id == "" {
-				t, err := messages.Decode[messages.Trajectory](m.Data())
-				if err != nil {
-					_ = m.Term()
-					r.c.log.Warn("undecodable trajectory record dropped", "batch", r.batch, "err", err)
-					continue
-				}
-				id = t.EpisodeID
+			// The record's message id is not its episode id (it names the
+			// run the outcome came from): the episode is read from it.
+			t, err := messages.Decode[messages.Trajectory](m.Data())
+			if err != nil {
+				_ = m.Term()
+				r.c.log.Warn("undecodable trajectory record dropped", "batch", r.batch, "err", err)
+				continue
 			}
-			if err := bus.Publish(ctx, r.c.js, r.c.subj.BatchProgress(r.batch, markTrajectory, id), nil, ""); err != nil {
+			if err := bus.Publish(ctx, r.c.js, r.c.subj.BatchProgress(r.batch, markTrajectory, t.EpisodeID), nil, ""); err != nil {
 				_ = m.Nak()
 				failed = fmt.Errorf("trainer: mark progress of batch %s: %w", r.batch, err)
 				continue

@@ -624,7 +624,7 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 		p.outcome = &outcome{failure: f}
 		won, _, err := c.claim(ctx, run, id, malformedRun, messages.FailureMalformed)
 		if err == nil && won {
-			err = c.store(ctx, id, p)
+			err = c.store(ctx, id, malformedRun, p)
 		}
 		if err != nil {
 			c.settle(m, err, false)
@@ -700,13 +700,23 @@ func (c *Collector) record(ctx context.Context, id, run string, p *partial) erro
 		c.lostTo(id, winner)
 		return nil
 	}
-	return c.store(ctx, id, p)
+	return c.store(ctx, id, run, p)
 }
 
-// store publishes a decided episode's outcome and feeds its group. The
-// caller then acknowledges the step that decided it and purges its steps
-// (ackAndPurge).
-func (c *Collector) store(ctx context.Context, id string, p *partial) error {
+// outcomeMsgID is the de-duplication id of an episode's outcome decided
+// for run: the same for every collector storing it, so a repeat is held
+// back, and one no other role can know before the decision, for run ends
+// in the nonce of the env worker's delivery. An id made of the episode id
+// alone, which a trainer and a gateway know, would let a record published
+// first under it in the same stream (the gateway's own run's) have the real
+// one dropped as a duplicate, and would hold back the outcome of an episode
+// id used again by a later run.
+func outcomeMsgID(id, run string) string { return messages.TrajectoryMsgID(id) + "/" + run }
+
+// store publishes the outcome of episode id, decided for run, and feeds
+// its group. The caller then acknowledges the step that decided it and
+// purges its steps (ackAndPurge).
+func (c *Collector) store(ctx context.Context, id, run string, p *partial) error {
 	out := p.outcome
 	if tr := c.opts.Tracer; tr != nil {
 		var span trace.Span
@@ -716,10 +726,10 @@ func (c *Collector) store(ctx context.Context, id string, p *partial) error {
 	}
 	kind, err := kindTrajectory, error(nil)
 	if out.traj != nil {
-		err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.RunID, out.traj.Env), out.encoded, messages.TrajectoryMsgID(id))
+		err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.RunID, out.traj.Env), out.encoded, outcomeMsgID(id, run))
 	} else {
 		kind = kindFailure
-		err = c.publish(ctx, c.opts.Subjects.Failures(out.failure.RunID, out.failure.Kind), out.failure, messages.TrajectoryMsgID(id))
+		err = c.publish(ctx, c.opts.Subjects.Failures(out.failure.RunID, out.failure.Kind), out.failure, outcomeMsgID(id, run))
 	}
 	if err != nil {
 		c.full.refused(kind, err, time.Second)
