@@ -15,10 +15,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"regexp"
 	"runtime/debug"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -62,8 +64,9 @@ type Status struct {
 	ID   string `json:"id"`
 	// Policy is the policy state the actor follows, if it follows one.
 	Policy *messages.PolicyState `json:"policy,omitempty"`
-	// Stats are the actor's counters; Endpoints an LLM worker's model
-	// endpoints.
+	// Stats are the actor's counters, by snake_case name (in_flight,
+	// full_streams) like every other name here; Endpoints an LLM worker's
+	// model endpoints.
 	Stats     any                       `json:"stats"`
 	Endpoints []messages.EndpointStatus `json:"endpoints,omitempty"`
 }
@@ -129,7 +132,7 @@ var descriptions = map[string]string{
 // RegisterEnv registers an env worker.
 func RegisterEnv(nc *nats.Conn, subj messages.Subjects, w *envactor.Worker, log *slog.Logger) (micro.Service, error) {
 	return Register(nc, Config{Kind: KindEnv, ID: w.ID(), Subjects: subj, Logger: log, Status: func() any {
-		st := Status{Kind: KindEnv, ID: w.ID(), Stats: w.Stats()}
+		st := Status{Kind: KindEnv, ID: w.ID(), Stats: snakeFields(w.Stats())}
 		if p, ok := w.Policy(); ok {
 			st.Policy = &p
 		}
@@ -140,7 +143,7 @@ func RegisterEnv(nc *nats.Conn, subj messages.Subjects, w *envactor.Worker, log 
 // RegisterLLM registers an LLM worker.
 func RegisterLLM(nc *nats.Conn, subj messages.Subjects, w *llm.Worker, log *slog.Logger) (micro.Service, error) {
 	return Register(nc, Config{Kind: KindLLM, ID: w.ID(), Subjects: subj, Logger: log, Status: func() any {
-		st := Status{Kind: KindLLM, ID: w.ID(), Stats: w.Stats(), Endpoints: w.Endpoints()}
+		st := Status{Kind: KindLLM, ID: w.ID(), Stats: snakeFields(w.Stats()), Endpoints: w.Endpoints()}
 		if p, ok := w.Policy(); ok {
 			st.Policy = &p
 		}
@@ -152,8 +155,40 @@ func RegisterLLM(nc *nats.Conn, subj messages.Subjects, w *llm.Worker, log *slog
 func RegisterCollector(nc *nats.Conn, subj messages.Subjects, c *collector.Collector, log *slog.Logger) (micro.Service, error) {
 	id := "collector-" + nuid.Next()
 	return Register(nc, Config{Kind: KindCollector, ID: id, Subjects: subj, Logger: log, Status: func() any {
-		return Status{Kind: KindCollector, ID: id, Stats: c.Stats()}
+		return Status{Kind: KindCollector, ID: id, Stats: snakeFields(c.Stats())}
 	}})
+}
+
+// snakeFields returns the exported fields of stats, a struct of counters
+// without JSON tags, under snake_case names: InFlight becomes in_flight.
+func snakeFields(stats any) map[string]any {
+	v := reflect.ValueOf(stats)
+	out := make(map[string]any, v.NumField())
+	for f := range v.Type().Fields() {
+		if f.IsExported() {
+			out[snakeCase(f.Name)] = v.FieldByIndex(f.Index).Interface()
+		}
+	}
+	return out
+}
+
+// snakeCase turns a Go field name into snake_case: a word starts at an
+// upper-case letter after a lower-case one or a digit, and at the last
+// upper-case letter of a run followed by a lower-case one (IDCount:
+// id_count).
+func snakeCase(name string) string {
+	r := []rune(name)
+	var b strings.Builder
+	for i, c := range r {
+		if i > 0 && unicode.IsUpper(c) {
+			prev := r[i-1]
+			if unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && i+1 < len(r) && unicode.IsLower(r[i+1])) {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
 }
 
 // semver is the version form micro accepts (semver.org's expression).

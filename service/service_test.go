@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +69,9 @@ func TestFleetIsDiscoverable(t *testing.T) {
 			if status.Kind != kind || status.ID != ping.Metadata["worker_id"] || status.Stats == nil {
 				t.Errorf("status: %+v", status)
 			}
+			checkSnakeCase(t, nc, service.StatusSubject(subj, kind), map[string]string{
+				service.KindEnv: "in_flight", service.KindCollector: "full_streams", service.KindLLM: "detokenize",
+			}[kind])
 			if kind == service.KindLLM && (len(status.Endpoints) != 1 || !status.Endpoints[0].Healthy) {
 				t.Errorf("LLM worker's endpoints: %+v", status.Endpoints)
 			}
@@ -92,6 +97,24 @@ func TestFleetIsDiscoverable(t *testing.T) {
 	request(t, nc, "$SRV.PING", &pong)
 	if pong.Name == "" {
 		t.Errorf("PING: %+v", pong)
+	}
+}
+
+// checkSnakeCase checks that the status answer on subject names its
+// counters in snake_case, want among them, like the rest of the answer.
+func checkSnakeCase(t *testing.T, nc *nats.Conn, subject, want string) {
+	t.Helper()
+	var raw struct {
+		Stats map[string]json.RawMessage `json:"stats"`
+	}
+	request(t, nc, subject, &raw)
+	if _, ok := raw.Stats[want]; !ok {
+		t.Errorf("status stats have no %q: %v", want, slices.Collect(maps.Keys(raw.Stats)))
+	}
+	for k := range raw.Stats {
+		if strings.ToLower(k) != k || strings.Contains(k, "-") {
+			t.Errorf("status stats name %q is not snake_case", k)
+		}
 	}
 }
 
