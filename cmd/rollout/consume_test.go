@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,19 +42,17 @@ func TestConsumeServesMetrics(t *testing.T) {
 	}
 
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cmd := exec.CommandContext(ctx, bin, "consume", "--nats", s.ClientURL(), "--kind", "failures", "--run", "r1",
-		"--out", filepath.Join(t.TempDir(), "failures.jsonl"), "--every", "0", "--metrics", addr)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	p := &process{cmd: exec.CommandContext(ctx, bin, "consume", "--nats", s.ClientURL(), "--kind", "failures", "--run", "r1",
+		"--out", filepath.Join(t.TempDir(), "failures.jsonl"), "--every", "0", "--metrics", addr), done: make(chan error, 1)}
+	p.cmd.Stderr = &p.stderr
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { p.done <- p.cmd.Wait() }()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-done
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
 		}
 	})
 	want := []string{
@@ -78,15 +75,7 @@ func TestConsumeServesMetrics(t *testing.T) {
 	if code, body, err := httpGet("http://" + addr + "/readyz"); err != nil || code != http.StatusOK {
 		t.Errorf("/readyz: %d %q %v", code, body, err)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("consume: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("consume did not stop on SIGTERM")
-	}
+	p.stop(t)
 }
 
 // httpGet fetches url and returns its status and body.
