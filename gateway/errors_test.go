@@ -204,3 +204,23 @@ func FuzzErrorAnswers(f *testing.F) {
 		}
 	})
 }
+
+// TestFinishNotStored answers a finish whose trajectories JetStream cannot store with a 503
+// that says so, and keeps the session open for the retry.
+func TestFinishNotStored(t *testing.T) {
+	rec := &bustest.LogRecorder{Min: slog.LevelDebug}
+	f := newFixture(t, fixtureOptions{gateway: Options{RequestTimeout: 2 * time.Second, Logger: slog.New(rec)}})
+	f.must(t, http.StatusOK, http.MethodPost, "/v1/completions", map[string]string{HeaderSessionID: "kept"},
+		map[string]any{"prompt": []int{65, 66}, "max_tokens": 2})
+	if err := f.js.DeleteStream(context.Background(), f.subj.StreamTrajectories()); err != nil {
+		t.Fatal(err)
+	}
+	r := f.must(t, http.StatusServiceUnavailable, http.MethodPost, "/v1/sessions/kept/finish", nil, map[string]any{"reward": 1})
+	if msg, _ := checkError(t, r, http.StatusServiceUnavailable); msg != "the session's records could not be stored; the session stays open: try again" {
+		t.Errorf("message %q", msg)
+	}
+	if !logged(rec, "WARN request failed", "status=503", "publishing session") {
+		t.Errorf("the failure is not logged: %q", rec.Lines())
+	}
+	f.must(t, http.StatusOK, http.MethodGet, "/v1/sessions/kept", nil, nil)
+}

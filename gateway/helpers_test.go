@@ -245,7 +245,8 @@ func (f *fixture) do(method, path string, header map[string]string, body any) (*
 	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
 }
 
-// must is do that fails the test on a transport error or a status other than want.
+// must is do that fails the test on a transport error or a status other than want, and on
+// an error answer not in OpenAI's shape or not in the client's terms.
 func (f *fixture) must(t *testing.T, want int, method, path string, header map[string]string, body any) *response {
 	t.Helper()
 	r, err := f.do(method, path, header, body)
@@ -254,6 +255,9 @@ func (f *fixture) must(t *testing.T, want int, method, path string, header map[s
 	}
 	if r.status != want {
 		t.Fatalf("%s %s: got %s, want status %d", method, path, r, want)
+	}
+	if want >= http.StatusBadRequest {
+		checkError(t, r, want)
 	}
 	return r
 }
