@@ -74,8 +74,8 @@ func (l *dataDirLock) unlock() { l.once.Do(l.release) }
 // logged: the lock is what keeps a second server out.
 func lockDataDir(dir string, log *slog.Logger) (*dataDirLock, error) {
 	path := filepath.Join(dir, LockFileName)
-	release, err := tryLock(path)
-	if errors.Is(err, errLocked) {
+	release, err := TryLock(path)
+	if errors.Is(err, ErrLocked) {
 		return nil, fmt.Errorf("%w: %s is held by %s; stop that process or use another data dir",
 			ErrDataDirInUse, dir, describeHolder(path))
 	}
@@ -88,8 +88,8 @@ func lockDataDir(dir string, log *slog.Logger) (*dataDirLock, error) {
 	return &dataDirLock{release: release}, nil
 }
 
-// errLocked is tryLock's answer for a lock another holds.
-var errLocked = errors.New("locked")
+// ErrLocked is TryLock's answer for a lock another process holds.
+var ErrLocked = errors.New("bus: locked by another process")
 
 // recordHolder writes h into the lock file in place: the lock belongs to the
 // file's inode, so the file is never replaced.

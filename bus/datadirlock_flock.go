@@ -8,13 +8,14 @@ import (
 	"syscall"
 )
 
-// tryLock takes an exclusive flock on path, creating the file, without
-// waiting; errLocked means another open file holds it. The kernel drops the
+// TryLock takes an exclusive flock on path, creating the file, without
+// waiting; ErrLocked means another open file holds it. It locks data dirs
+// and the files of an unfinished rollout run. The kernel drops the
 // lock when the holder exits, however it exits, so a stale file blocks
 // nothing. The file is open read-only: flock needs no more, and a file held
 // open for writing would keep the store's file system from being remounted
 // read-only.
-func tryLock(path string) (release func(), err error) {
+func TryLock(path string) (release func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
@@ -28,7 +29,7 @@ func tryLock(path string) (release func(), err error) {
 	if err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, errLocked
+			return nil, ErrLocked
 		}
 		return nil, &os.PathError{Op: "flock", Path: path, Err: err}
 	}

@@ -35,15 +35,15 @@ var (
 
 // Outcome is nil when every episode of a finished run ended as a
 // trajectory; otherwise it wraps ErrSomeFailed or ErrAllFailed and counts
-// them.
+// them. A resumed run counts what was written before it too.
 func (s Summary) Outcome() error {
 	switch {
-	case s.Failures == 0:
+	case s.AllFailures() == 0:
 		return nil
-	case s.Trajectories == 0:
-		return fmt.Errorf("%w: %d of %d (%s)", ErrAllFailed, s.Failures, s.Episodes, s.kinds())
+	case s.AllTrajectories() == 0:
+		return fmt.Errorf("%w: %d of %d (%s)", ErrAllFailed, s.AllFailures(), s.Episodes, s.kinds())
 	}
-	return fmt.Errorf("%w: %d of %d (%s)", ErrSomeFailed, s.Failures, s.Episodes, s.kinds())
+	return fmt.Errorf("%w: %d of %d (%s)", ErrSomeFailed, s.AllFailures(), s.Episodes, s.kinds())
 }
 
 // ExitStatus is the exit status of a run that returned sum and err: one of
@@ -54,9 +54,9 @@ func ExitStatus(sum Summary, err error) int {
 		return ExitStartup
 	case err != nil:
 		return ExitUnfinished
-	case sum.Failures == 0:
+	case sum.AllFailures() == 0:
 		return ExitOK
-	case sum.Trajectories == 0:
+	case sum.AllTrajectories() == 0:
 		return ExitAllFailed
 	}
 	return ExitSomeFailed

@@ -323,6 +323,9 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		sum.GroupsFiltered, sum.GroupsIncomplete = int(st.GroupsFiltered), int(st.GroupsIncomplete)
 	}
 	sum.FilterOn = opts.Filter != nil
+	if opts.Ledger != nil {
+		sum.ResumedTrajectories, sum.ResumedFailures = opts.Ledger.Before()
+	}
 	return sum, err
 }
 
@@ -399,7 +402,9 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 			toy.Logger = opts.Logger
 		}
 		srv := toyllm.New(toy)
-		url, stop, err := srv.Start(ctx, "127.0.0.1:0")
+		// Stopped by the stack only, after the workers: an interrupted run's
+		// episodes in flight finish against it instead of failing over.
+		url, stop, err := srv.Start(context.WithoutCancel(ctx), "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("fleet: start stand-in model: %w", err)
 		}

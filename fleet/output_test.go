@@ -1,15 +1,19 @@
 package fleet
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rollfleet/rollfleet/jobs"
+	"github.com/rollfleet/rollfleet/messages"
 )
 
 // TestOutputReplacesOnlyWhenKept: a discarded output leaves the file at
@@ -136,10 +140,18 @@ func TestOutputResume(t *testing.T) {
 
 // TestLedgerResume: a resumed ledger knows the episodes and groups it
 // entered, and those the part files hold beyond it (a line written just
-// before the interruption).
+// before the interruption), and counts what the outputs held. An open
+// ledger holds the run: a second process's open fails while it is open.
 func TestLedgerResume(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.jsonl")
+	l, err := OpenLedger(out, "r", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenLedger(out, "r", true); !errors.Is(err, ErrRunInUse) {
+		t.Fatalf("a second open of a run's ledger: %v, want ErrRunInUse", err)
+	}
 	trajs, err := CreateOutput(out, "r", false)
 	if err != nil {
 		t.Fatal(err)
@@ -148,13 +160,11 @@ func TestLedgerResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := OpenLedger(out, "r", false, LedgerFiles{Trajectories: trajs, Groups: groups, GroupSize: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
 	l.addEpisode(0)
+	l.addEpisode(1) // a failure: not in --out
 	l.addGroup(0)
 	// Written, but interrupted before the ledger heard of it.
+	fmt.Fprintf(trajs, "{\"run_id\":\"r\",\"episode_id\":%q}\n", jobs.EpisodeID("r", 0))
 	fmt.Fprintf(trajs, "{\"run_id\":\"r\",\"episode_id\":%q}\n", jobs.EpisodeID("r", 3))
 	fmt.Fprintf(groups, "{\"run_id\":\"r\",\"group_id\":%q,\"trajectories\":[{\"episode_id\":%q}]}\n", jobs.GroupID("r", 2), jobs.EpisodeID("r", 9))
 	for _, err := range []error{trajs.Suspend(), groups.Suspend(), l.Close(false)} {
@@ -162,6 +172,11 @@ func TestLedgerResume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	l, err = OpenLedger(out, "r", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(true)
 	trajs, err = CreateOutput(out, "r", true)
 	if err != nil {
 		t.Fatal(err)
@@ -170,13 +185,13 @@ func TestLedgerResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err = OpenLedger(out, "r", true, LedgerFiles{Trajectories: trajs, Groups: groups, GroupSize: 2})
-	if err != nil {
+	defer trajs.Discard()
+	defer groups.Discard()
+	if err := l.Scan(LedgerFiles{Trajectories: trajs, Groups: groups, GroupSize: 2}); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close(true)
 	for i := range 10 {
-		if want := i == 0 || i == 3; l.Episode(i) != want {
+		if want := i <= 1 || i == 3; l.Episode(i) != want {
 			t.Errorf("episode %d written: %v, want %v", i, l.Episode(i), want)
 		}
 	}
@@ -185,7 +200,46 @@ func TestLedgerResume(t *testing.T) {
 			t.Errorf("group %d written: %v, want %v", g, l.Group(g), want)
 		}
 	}
-	if l.Episodes() != 2 {
-		t.Errorf("%d episodes written, want 2", l.Episodes())
+	if l.Episodes() != 3 {
+		t.Errorf("%d episodes written, want 3", l.Episodes())
+	}
+	if trajectories, failures := l.Before(); trajectories != 2 || failures != 1 {
+		t.Errorf("written before: %d trajectories and %d failures, want 2 and 1", trajectories, failures)
+	}
+}
+
+// TestTrajectoryFieldsDocumented: every field rollout run writes for a
+// trajectory is named in the README's Output section, and the counts it
+// documents are written even at 0.
+func TestTrajectoryFieldsDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Output\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	seed := uint64(3)
+	tr := &messages.Trajectory{
+		RunID: "r", EpisodeID: "r-000000", GroupID: "r-g000000", GroupSize: 1, Env: "game:GuessTheNumber-v0", EnvSeed: &seed,
+		PolicyVersions: []int64{0}, TraceID: "t", Timings: []messages.TurnTimings{{Wall: 1}}, ObsStyle: messages.ObsChat,
+		Info: map[string]string{"k": "v"}, PromptTruncated: 1, Samples: []messages.Sample{{}},
+	}
+	var b bytes.Buffer
+	if err := WriteRecord(&b, tr); err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b.Bytes(), &fields); err != nil {
+		t.Fatal(err)
+	}
+	for k := range fields {
+		if !strings.Contains(section, "`"+k+"`") {
+			t.Errorf("field %s is written but not in the README's Output section", k)
+		}
+	}
+	for _, k := range []string{"restarts", "resumed", "staleness", "stale"} {
+		if string(fields[k]) != "0" && string(fields[k]) != "false" {
+			t.Errorf("%s at its zero value: %s, want it written", k, fields[k])
+		}
 	}
 }

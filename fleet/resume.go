@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
 )
@@ -36,15 +37,24 @@ func (b bitset) has(i int) bool { return i >= 0 && i/64 < len(b) && b[i/64]&(1<<
 // an episode is entered once its outcome was written to the outputs, and
 // before it is acknowledged on the stream. On resume the ledger and the
 // outputs' part files say which episodes and groups were written; those
-// are neither played nor written again.
+// are neither played nor written again. An open ledger holds the run's
+// lock: one process at a time writes a run's files.
 type Ledger struct {
 	run      string
 	resumed  bool
 	f        *os.File
+	unlock   func()
 	w        *bufio.Writer
 	episodes bitset
 	groups   bitset
+	// before counts the lines the interrupted run wrote to its
+	// trajectories and failures outputs (Scan).
+	before struct{ trajectories, failures int }
 }
+
+// ErrRunInUse means another process has the run's files open: the run
+// itself, or another --resume of it.
+var ErrRunInUse = errors.New("fleet: run in use by another process")
 
 // LedgerPath is where run's ledger is kept for an output path.
 func LedgerPath(out, run string) string {
@@ -65,8 +75,11 @@ type LedgerFiles struct {
 }
 
 // OpenLedger creates run's ledger beside out, or with resume reopens it
-// and reads what the ledger and the part files hold.
-func OpenLedger(out, run string, resume bool, files LedgerFiles) (*Ledger, error) {
+// and reads its entries, and takes the run's lock: it fails with
+// ErrRunInUse while another process has the run open. It is opened before
+// the outputs, so that a second process changes none of them; Scan then
+// enters what the outputs of a resumed run hold.
+func OpenLedger(out, run string, resume bool) (*Ledger, error) {
 	path := LedgerPath(out, run)
 	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
 	if resume {
@@ -79,19 +92,30 @@ func OpenLedger(out, run string, resume bool, files LedgerFiles) (*Ledger, error
 	if err != nil {
 		return nil, fmt.Errorf("fleet: ledger: %w", err)
 	}
-	l := &Ledger{run: run, f: f, resumed: resume}
+	unlock, err := bus.TryLock(path)
+	if err != nil {
+		f.Close()
+		if errors.Is(err, bus.ErrLocked) {
+			return nil, fmt.Errorf("%w: %s is open in another rollout run (stop it, or wait for it to end)", ErrRunInUse, run)
+		}
+		return nil, fmt.Errorf("fleet: ledger: %w", err)
+	}
+	l := &Ledger{run: run, f: f, unlock: unlock, resumed: resume}
 	if resume {
 		if err := l.load(); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if err := l.scan(files); err != nil {
-			f.Close()
+			l.release()
 			return nil, err
 		}
 	}
 	l.w = bufio.NewWriterSize(f, 64<<10)
 	return l, nil
+}
+
+// release closes the file and drops the run's lock.
+func (l *Ledger) release() error {
+	err := l.f.Close()
+	l.unlock()
+	return err
 }
 
 // load reads the ledger's entries ("e <n>" an episode, "g <n>" a group),
@@ -124,12 +148,13 @@ func (l *Ledger) load() error {
 	return err
 }
 
-// scan enters what the outputs' part files hold: a line written just
+// Scan enters what a resumed run's part files hold: a line written just
 // before an interruption may not have reached the ledger.
-func (l *Ledger) scan(files LedgerFiles) error {
+func (l *Ledger) Scan(files LedgerFiles) error {
 	n := max(files.GroupSize, 1)
-	episodes := func(fromGroups bool) func([]byte) {
+	episodes := func(fromGroups bool, lines *int) func([]byte) {
 		return func(line []byte) {
+			*lines++
 			if i, ok := jobs.EpisodeIndex(l.run, firstString(line, "episode_id")); ok {
 				l.episodes.add(i)
 				if fromGroups {
@@ -139,14 +164,17 @@ func (l *Ledger) scan(files LedgerFiles) error {
 		}
 	}
 	if o := files.Trajectories; o != nil {
-		if err := o.Lines(episodes(files.TrajectoriesFromGroups)); err != nil {
+		if err := o.Lines(episodes(files.TrajectoriesFromGroups, &l.before.trajectories)); err != nil {
 			return err
 		}
 	}
 	if o := files.Failures; o != nil {
-		if err := o.Lines(episodes(false)); err != nil {
+		if err := o.Lines(episodes(false, &l.before.failures)); err != nil {
 			return err
 		}
+	} else if files.Trajectories != nil && !files.TrajectoriesFromGroups {
+		// Every episode written is a trajectory or a failure.
+		l.before.failures = l.Episodes() - l.before.trajectories
 	}
 	if o := files.Groups; o != nil {
 		return o.Lines(func(line []byte) {
@@ -173,6 +201,12 @@ func firstString(line []byte, key string) string {
 		return ""
 	}
 	return string(rest[:j])
+}
+
+// Before returns how many trajectories and failure records the interrupted
+// run wrote, as Scan found them (0 before Scan, or for a new run).
+func (l *Ledger) Before() (trajectories, failures int) {
+	return l.before.trajectories, l.before.failures
 }
 
 // Resumed reports whether the ledger continues an interrupted run.
@@ -225,16 +259,17 @@ func (l *Ledger) flush() error {
 	return nil
 }
 
-// Close closes the ledger; with remove (the run finished) it is deleted.
+// Close closes the ledger and drops the run's lock; with remove (the run
+// finished, or a new run never started) it is deleted first.
 func (l *Ledger) Close(remove bool) error {
 	err := l.w.Flush()
-	if cerr := l.f.Close(); err == nil {
-		err = cerr
-	}
 	if remove {
 		if rerr := os.Remove(l.f.Name()); err == nil {
 			err = rerr
 		}
+	}
+	if cerr := l.release(); err == nil {
+		err = cerr
 	}
 	return err
 }
@@ -263,6 +298,12 @@ type Manifest struct {
 	Format            string    `json:"format,omitempty"`
 	MathJudge         string    `json:"math_judge,omitempty"`
 	MathStrict        bool      `json:"math_strict,omitempty"`
+	// How the run reached its workers, which --resume takes unless told
+	// otherwise: an external NATS (its URLs without credentials), whether
+	// a fleet did the work, and the embedded server's data dir.
+	NATS       string `json:"nats,omitempty"`
+	SubmitOnly bool   `json:"submit_only,omitempty"`
+	DataDir    string `json:"data_dir,omitempty"`
 }
 
 // ManifestPath is where run's manifest is kept for an output path.

@@ -52,6 +52,11 @@ type Summary struct {
 	// Staleness counts trajectories by staleness (how far the policy moved
 	// on during the episode).
 	Staleness map[int64]int
+	// ResumedTrajectories and ResumedFailures count what the interrupted
+	// run wrote to its outputs before this one resumed it: the run's totals
+	// (AllTrajectories, AllFailures) are these plus this run's. The rates,
+	// means and token counts are of this run's trajectories.
+	ResumedTrajectories, ResumedFailures int
 	// Groups after dynamic filtering (only when the collector ran here).
 	FilterOn                                     bool
 	GroupsKept, GroupsFiltered, GroupsIncomplete int
@@ -101,6 +106,22 @@ func (s Summary) Table() string {
 	return b.String()
 }
 
+// AllTrajectories counts the run's trajectories, with those written before
+// a resume.
+func (s Summary) AllTrajectories() int { return s.Trajectories + s.ResumedTrajectories }
+
+// AllFailures counts the run's failures, with those written before a
+// resume.
+func (s Summary) AllFailures() int { return s.Failures + s.ResumedFailures }
+
+// resumedNote says what of a count was written before a resume, if any.
+func resumedNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (resumed %d)", n)
+}
+
 // SuccessRate is the share of trajectories that solved their game.
 func (s Summary) SuccessRate() float64 { return ratio(float64(s.Successes), s.Trajectories) }
 
@@ -133,9 +154,9 @@ func ratio(a float64, b int) float64 {
 // String renders the one-line summary the CLI prints.
 func (s Summary) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "episodes=%d trajectories=%d success_rate=%.3f mean_reward=%.4f mean_turns=%.2f truncated=%d failures=%d tokens=%d action_tokens=%d turns=%d turns/s=%.0f wall=%s",
-		s.Episodes, s.Trajectories, s.SuccessRate(), s.MeanReward(), s.MeanTurns(), s.Truncated, s.Failures,
-		s.Tokens, s.ActionTokens, s.Turns, s.TurnsPerSecond(), s.Wall.Round(time.Millisecond))
+	fmt.Fprintf(&b, "episodes=%d trajectories=%d%s success_rate=%.3f mean_reward=%.4f mean_turns=%.2f truncated=%d failures=%d%s tokens=%d action_tokens=%d turns=%d turns/s=%.0f wall=%s",
+		s.Episodes, s.AllTrajectories(), resumedNote(s.ResumedTrajectories), s.SuccessRate(), s.MeanReward(), s.MeanTurns(), s.Truncated,
+		s.AllFailures(), resumedNote(s.ResumedFailures), s.Tokens, s.ActionTokens, s.Turns, s.TurnsPerSecond(), s.Wall.Round(time.Millisecond))
 	if s.FilterOn {
 		fmt.Fprintf(&b, " groups_kept=%d groups_filtered=%d pass_rate=%.3f", s.GroupsKept, s.GroupsFiltered, s.PassRate())
 	}

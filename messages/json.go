@@ -141,6 +141,7 @@ func (t Trajectory) MarshalJSON() ([]byte, error) {
 	w.field("staleness", t.Staleness)
 	w.field("stale", t.Stale)
 	w.field("restarts", t.Restarts)
+	w.field("resumed", t.Resumed)
 	w.field("submit_time_ns", t.SubmitTime)
 	w.field("done_time_ns", t.DoneTime)
 	w.field("generate_ns", t.GenerateNanos)

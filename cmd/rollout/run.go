@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,15 +95,15 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	if err := c.Tune(); err != nil {
 		return sum, err
 	}
-	if c.SubmitOnly && c.NATS == "" {
-		return sum, errors.New("--submit-only needs --nats")
-	}
 	run := jobs.NewRunID()
 	if c.Resume != "" {
 		if err := c.loadManifest(); err != nil {
 			return sum, err
 		}
 		run = c.Resume
+	}
+	if c.SubmitOnly && c.NATS == "" {
+		return sum, errors.New("--submit-only needs --nats")
 	}
 	filter, err := cmdutil.FilterRange(c.Filter, c.FilterRange)
 	if err != nil {
@@ -232,39 +235,113 @@ func (c *runCmd) loadManifest() error {
 	}
 	c.FailuresOut, c.GroupsOut, c.PromptOverflow = m.FailuresOut, m.GroupsOut, cmp.Or(m.PromptOverflow, c.PromptOverflow)
 	c.Format, c.MathJudge, c.MathStrict = cmp.Or(m.Format, fleet.FormatOpenRLHF), m.MathJudge, m.MathStrict
+	// Where the work is done is the run's too, unless told: its NATS or
+	// data dir (a fleet that moved is given with --nats), and a fleet's
+	// run stays one.
+	if c.NATS == "" && c.DataDir == "" {
+		c.NATS, c.DataDir = m.NATS, m.DataDir
+	}
+	c.SubmitOnly = c.SubmitOnly || m.SubmitOnly
 	return nil
+}
+
+// manifest is what defines the run's episodes and where they are played.
+func (c *runCmd) manifest(opts *fleet.Options) (fleet.Manifest, error) {
+	m := fleet.Manifest{
+		RunID: opts.RunID, Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle,
+		ApplyChatTemplate: c.ApplyChatTemplate, NSamples: c.NSamples, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
+		Temperature: c.Temperature, TopP: c.TopP, Seed: *opts.Seed, FailuresOut: c.FailuresOut, GroupsOut: c.GroupsOut,
+		PromptOverflow: c.PromptOverflow, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict,
+		NATS: withoutUserinfo(c.NATS), SubmitOnly: c.SubmitOnly,
+	}
+	if opts.Filter != nil {
+		m.Filter = []float64{opts.Filter.Low, opts.Filter.High}
+	}
+	if c.DataDir != "" {
+		// Absolute, so that a resume from another directory finds it.
+		dir, err := filepath.Abs(c.DataDir)
+		if err != nil {
+			return m, fmt.Errorf("--data-dir: %w", err)
+		}
+		m.DataDir = dir
+	}
+	return m, nil
+}
+
+// withoutUserinfo drops the user and password from each of a comma-separated
+// list of NATS URLs: the manifest is no place for secrets.
+func withoutUserinfo(urls string) string {
+	if urls == "" {
+		return ""
+	}
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			u.User = nil
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// resumeHint is the command that continues run, as the user can paste it:
+// --resume takes the rest from the manifest, but not credentials.
+func (c *runCmd) resumeHint(run string) string {
+	hint := "rollout run --resume " + run + " --out " + shellQuote(c.Out)
+	if withoutUserinfo(c.NATS) != c.NATS {
+		hint += " --nats URL (with the credentials it had)"
+	}
+	if c.ConnectOptions().Method() != "" {
+		hint += " (with the same NATS credentials)"
+	}
+	return hint
+}
+
+// shellQuote quotes s for a POSIX shell when it needs quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:@+,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // runFiles are a run's outputs, ledger and manifest.
 type runFiles struct {
 	out, run string
-	outputs  []*fleet.Output
-	ledger   *fleet.Ledger
+	// resume: the files are an interrupted run's, kept whatever happens
+	// until the run finishes.
+	resume  bool
+	hint    string // the command that continues the run
+	outputs []*fleet.Output
+	ledger  *fleet.Ledger
 }
 
-// openRunFiles creates (or, resuming, reopens) the run's outputs beside
-// their paths, its ledger and manifest beside --out.
+// openRunFiles creates (or, resuming, reopens) the run's ledger and
+// manifest beside --out and its outputs beside their paths. The ledger
+// comes first: it holds the run's lock, so that a second process touches
+// none of the files.
 func (c *runCmd) openRunFiles(opts *fleet.Options) (*runFiles, error) {
-	f := &runFiles{out: c.Out, run: opts.RunID}
-	resume := c.Resume != ""
-	open := func(path string) (*fleet.Output, error) {
-		o, err := fleet.CreateOutput(path, opts.RunID, resume)
+	f := &runFiles{out: c.Out, run: opts.RunID, resume: c.Resume != "", hint: c.resumeHint(opts.RunID)}
+	if c.Out != "-" {
+		l, err := fleet.OpenLedger(c.Out, opts.RunID, f.resume)
 		if err != nil {
-			f.discard()
 			return nil, err
 		}
-		f.outputs = append(f.outputs, o)
-		return o, nil
+		f.ledger, opts.Ledger = l, l
 	}
 	var outs [3]*fleet.Output // trajectories, failures, groups
 	for k, path := range []string{c.Out, c.FailuresOut, c.GroupsOut} {
 		if path == "" || path == "-" {
 			continue
 		}
-		o, err := open(path)
+		o, err := fleet.CreateOutput(path, opts.RunID, f.resume)
 		if err != nil {
+			f.abandon()
 			return nil, err
 		}
+		f.outputs = append(f.outputs, o)
 		outs[k] = o
 	}
 	if outs[0] != nil {
@@ -276,54 +353,61 @@ func (c *runCmd) openRunFiles(opts *fleet.Options) (*runFiles, error) {
 	if outs[2] != nil {
 		opts.GroupsOut = outs[2]
 	}
-	if c.Out == "-" {
+	if f.ledger == nil {
 		return f, nil
 	}
-	l, err := fleet.OpenLedger(c.Out, opts.RunID, resume, fleet.LedgerFiles{
-		Trajectories: outs[0], Failures: outs[1], Groups: outs[2], GroupSize: max(c.NSamples, 1), TrajectoriesFromGroups: opts.Filter != nil,
-	})
+	if f.resume {
+		err := f.ledger.Scan(fleet.LedgerFiles{
+			Trajectories: outs[0], Failures: outs[1], Groups: outs[2], GroupSize: max(c.NSamples, 1), TrajectoriesFromGroups: opts.Filter != nil,
+		})
+		if err != nil {
+			f.abandon()
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "resuming run %s: %d episodes written before\n", opts.RunID, f.ledger.Episodes())
+		return f, nil
+	}
+	m, err := c.manifest(opts)
+	if err == nil {
+		err = fleet.SaveManifest(c.Out, m)
+	}
 	if err != nil {
-		f.discard()
-		return nil, err
-	}
-	f.ledger, opts.Ledger = l, l
-	if resume {
-		fmt.Fprintf(os.Stderr, "resuming run %s: %d episodes written before\n", opts.RunID, l.Episodes())
-		return f, nil
-	}
-	m := fleet.Manifest{
-		RunID: opts.RunID, Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle,
-		ApplyChatTemplate: c.ApplyChatTemplate, NSamples: c.NSamples, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
-		Temperature: c.Temperature, TopP: c.TopP, Seed: *opts.Seed, FailuresOut: c.FailuresOut, GroupsOut: c.GroupsOut,
-		PromptOverflow: c.PromptOverflow, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict,
-	}
-	if opts.Filter != nil {
-		m.Filter = []float64{opts.Filter.Low, opts.Filter.High}
-	}
-	if err := fleet.SaveManifest(c.Out, m); err != nil {
-		f.discard()
+		f.abandon()
 		return nil, err
 	}
 	return f, nil
 }
 
-// discard removes everything of a run that never started.
-func (f *runFiles) discard() {
+// abandon ends the files of a run that did not start. A new run's are
+// removed: nothing was written, and the files that were there stay as
+// they were. An interrupted run's are kept as they are, for the next
+// --resume: only a run that finished removes them.
+func (f *runFiles) abandon() {
 	for _, o := range f.outputs {
-		_ = o.Discard()
+		if f.resume {
+			_ = o.Suspend()
+		} else {
+			_ = o.Discard()
+		}
 	}
 	if f.ledger != nil {
-		_ = f.ledger.Close(true)
-		_ = fleet.RemoveManifest(f.out, f.run)
+		_ = f.ledger.Close(!f.resume)
+		if !f.resume {
+			_ = fleet.RemoveManifest(f.out, f.run)
+		}
 	}
 }
 
 // close ends the run's files: a finished run's outputs replace their
-// destinations; an unfinished one's stay for --resume; a run that never
+// destinations; an unfinished one's stay for --resume, as do those of an
+// interrupted run whose resume did not start; a new run that never
 // started leaves no trace.
 func (f *runFiles) close(sum fleet.Summary, runErr error) error {
 	if !sum.Started {
-		f.discard()
+		f.abandon()
+		if f.resume && f.ledger != nil {
+			fmt.Fprintf(os.Stderr, "run %s not resumed: its files are kept as they were; once the cause is mended, continue it with: %s\n", f.run, f.hint)
+		}
 		return nil
 	}
 	finished := runErr == nil
@@ -340,12 +424,12 @@ func (f *runFiles) close(sum fleet.Summary, runErr error) error {
 		if finished {
 			errs = append(errs, fleet.RemoveManifest(f.out, f.run))
 		} else {
-			fmt.Fprintf(os.Stderr, "run %s unfinished: what it wrote is kept; continue it with: rollout run --resume %s --out %s (and the same --data-dir or --nats)\n", f.run, f.run, f.out)
+			fmt.Fprintf(os.Stderr, "run %s unfinished: what it wrote is kept; continue it with: %s\n", f.run, f.hint)
 		}
 	}
 	err := errors.Join(errs...)
 	if finished && err == nil && f.out != "-" {
-		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.Trajectories, f.out)
+		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.AllTrajectories(), f.out)
 	}
 	return err
 }

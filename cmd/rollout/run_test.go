@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/fleet"
 )
@@ -200,37 +203,13 @@ func TestRunResumeAfterKill(t *testing.T) {
 			if tc.dataDir {
 				dataArgs = []string{"--data-dir", filepath.Join(dir, "nats")}
 			}
-			cmd := exec.Command(rolloutBin(t), append(args, dataArgs...)...)
-			cmd.Dir = dir
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
+			killed := startRun(t, dir, append(args, dataArgs...)...)
 			// Killed once some episodes are written, well before the end.
-			var ledger string
-			bustest.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
-				for _, f := range runFilesIn(t, dir) {
-					if strings.HasSuffix(f, ".done") {
-						ledger = filepath.Join(dir, f)
-						if data, _ := os.ReadFile(ledger); bytes.Count(data, []byte("\ne")) >= 100 {
-							return nil
-						}
-					}
-				}
-				select {
-				case err := <-exited:
-					t.Fatalf("the run ended before it was killed: %v\n%s", err, stderr.String())
-				default:
-				}
-				return errors.New("fewer than 100 episodes written")
-			})
-			if err := cmd.Process.Kill(); err != nil {
+			ledger := killed.waitWritten(t, dir, 100)
+			if err := killed.cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			<-exited
+			<-killed.exited
 			run := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(ledger), ".out.jsonl."), ".done")
 			if _, err := os.Stat(filepath.Join(dir, "out.jsonl")); err == nil {
 				t.Fatal("the killed run's output reached its destination")
@@ -240,29 +219,7 @@ func TestRunResumeAfterKill(t *testing.T) {
 			if status != 0 {
 				t.Fatalf("resume exited %d\n%s", status, msg)
 			}
-			data, err := os.ReadFile(filepath.Join(dir, "out.jsonl"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen := map[string]int{}
-			for line := range bytes.Lines(data) {
-				var tr struct {
-					RunID     string `json:"run_id"`
-					EpisodeID string `json:"episode_id"`
-				}
-				if err := json.Unmarshal(line, &tr); err != nil || tr.RunID != run {
-					t.Fatalf("line %q: %v (run %q, want %q)", line, err, tr.RunID, run)
-				}
-				seen[tr.EpisodeID]++
-			}
-			if got := lines(t, filepath.Join(dir, "failures.jsonl")); len(seen)+got != episodes {
-				t.Errorf("%d distinct trajectories and %d failures, want %d episodes", len(seen), got, episodes)
-			}
-			for id, n := range seen {
-				if n != 1 {
-					t.Errorf("episode %s written %d times", id, n)
-				}
-			}
+			checkEachEpisodeOnce(t, dir, run, episodes)
 			groups := map[string]int{}
 			gdata, err := os.ReadFile(filepath.Join(dir, "groups.jsonl"))
 			if err != nil {
@@ -509,5 +466,223 @@ func TestDataDirHeldByAnotherProcess(t *testing.T) {
 	status, stderr = rollout(t, dir, "run", "--data-dir", data, "--episodes", "2", "--out", "out.jsonl")
 	if status != fleet.ExitOK || lines(t, filepath.Join(dir, "out.jsonl")) != 2 {
 		t.Fatalf("after the server stopped: exit status %d\n%s", status, stderr)
+	}
+}
+
+// background is a rollout run the test started and interrupts.
+type background struct {
+	cmd    *exec.Cmd
+	stderr bytes.Buffer // read only once exited has been received from
+	exited chan error
+}
+
+// startRun starts the rollout binary in dir.
+func startRun(t *testing.T, dir string, args ...string) *background {
+	t.Helper()
+	b := &background{cmd: exec.Command(rolloutBin(t), args...), exited: make(chan error, 1)}
+	b.cmd.Dir, b.cmd.Stderr = dir, &b.stderr
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { b.exited <- b.cmd.Wait() }()
+	t.Cleanup(func() {
+		if b.cmd.ProcessState == nil {
+			_ = b.cmd.Process.Kill()
+			<-b.exited
+		}
+	})
+	return b
+}
+
+// waitWritten waits (bounded) until the run's ledger in dir holds n
+// episodes, and returns its path.
+func (b *background) waitWritten(t *testing.T, dir string, n int) string {
+	t.Helper()
+	var ledger string
+	bustest.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		for _, f := range runFilesIn(t, dir) {
+			if strings.HasSuffix(f, ".done") {
+				ledger = filepath.Join(dir, f)
+				if data, _ := os.ReadFile(ledger); bytes.Count(data, []byte("\ne")) >= n {
+					return nil
+				}
+			}
+		}
+		select {
+		case err := <-b.exited:
+			t.Fatalf("the run ended before it was stopped: %v\n%s", err, b.stderr.String())
+		default:
+		}
+		return fmt.Errorf("fewer than %d episodes written", n)
+	})
+	return ledger
+}
+
+// interrupt sends SIGINT and returns the exit status and standard error.
+func (b *background) interrupt(t *testing.T) (int, string) {
+	t.Helper()
+	if err := b.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("did not stop on SIGINT")
+	}
+	return b.cmd.ProcessState.ExitCode(), b.stderr.String()
+}
+
+// runFileContents maps each run file in dir to its contents.
+func runFileContents(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	for _, name := range runFilesIn(t, dir) {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = string(data)
+	}
+	return files
+}
+
+// maxStopLines bounds what an interrupted run prints: the summary, the
+// command that continues it and the error.
+const maxStopLines = 5
+
+// TestRunInterruptedResumesAsPrinted: rollout run interrupted by SIGINT
+// mid-run stops in a few lines and prints a command that continues it.
+// Every failed start of that resume — a model server that does not answer,
+// no NATS, a bad flag combination, an interruption before the start, a
+// second resume while one runs — exits without touching the run's files.
+// The printed command then finishes the run, on the embedded server and
+// on a fleet (--submit-only), with every episode exactly once and a
+// summary that counts the whole file.
+func TestRunInterruptedResumesAsPrinted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fleet bool
+	}{{"embedded", false}, {"fleet", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			const episodes = 600
+			args := []string{"run", "--env", "game:GuessTheNumber-v0", "--episodes", strconv.Itoa(episodes), "--n-samples", "2",
+				"--concurrency", "64", "--toy-latency", "500us", "--seed", "7", "--out", "out.jsonl", "--failures-out", "failures.jsonl"}
+			if tc.fleet {
+				url, _ := standingFleet(t)
+				args = append(args, "--nats", url, "--submit-only")
+			}
+			run := startRun(t, dir, args...)
+			ledger := run.waitWritten(t, dir, 100)
+			status, stderr := run.interrupt(t)
+			if status != fleet.ExitUnfinished {
+				t.Fatalf("interrupted run: exit status %d, want %d\n%s", status, fleet.ExitUnfinished, stderr)
+			}
+			if n := strings.Count(stderr, "\n"); n > maxStopLines {
+				t.Errorf("interrupted run printed %d lines, want at most %d:\n%s", n, maxStopLines, stderr)
+			}
+			id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(ledger), ".out.jsonl."), ".done")
+			_, hint, ok := strings.Cut(stderr, "continue it with: ")
+			if !ok {
+				t.Fatalf("no command to continue the run:\n%s", stderr)
+			}
+			resume := strings.Fields(strings.SplitN(hint, "\n", 2)[0])
+			if len(resume) < 2 || resume[0] != "rollout" {
+				t.Fatalf("the command printed is not a rollout command: %q", resume)
+			}
+			resume = resume[1:]
+			kept := runFileContents(t, dir)
+
+			if !tc.fleet {
+				for _, failed := range []struct {
+					name   string
+					args   []string
+					stderr string
+				}{
+					{"no model server", []string{"--vllm", closedURL(t)}, "no model server answers"},
+					{"no NATS", []string{"--nats", "nats://" + strings.TrimPrefix(closedURL(t), "http://")}, "run " + id + " not resumed"},
+					{"submit-only without NATS", []string{"--submit-only"}, "--submit-only needs --nats"},
+					{"interrupted at start", []string{"--timeout", "1ns"}, "run " + id + " not resumed"},
+				} {
+					status, stderr := rollout(t, dir, append(slices.Clone(resume), failed.args...)...)
+					if status != fleet.ExitStartup || !strings.Contains(stderr, failed.stderr) {
+						t.Errorf("%s: exit status %d, want %d saying %q:\n%s", failed.name, status, fleet.ExitStartup, failed.stderr, stderr)
+					}
+					if got := runFileContents(t, dir); !maps.Equal(got, kept) {
+						t.Fatalf("%s: the run's files changed: %v, were %v", failed.name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(kept)))
+					}
+				}
+			}
+
+			// A second resume while one runs touches nothing.
+			first := startRun(t, dir, resume...)
+			bustest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+				release, err := bus.TryLock(ledger)
+				if err == nil {
+					release()
+					return errors.New("the first resume has not opened the run yet")
+				}
+				return nil
+			})
+			before := runFileContents(t, dir)
+			status, stderr = rollout(t, dir, resume...)
+			if status != fleet.ExitStartup || !strings.Contains(stderr, "in use by another process") {
+				t.Errorf("second resume: exit status %d, want %d saying the run is in use:\n%s", status, fleet.ExitStartup, stderr)
+			}
+			if after := runFileContents(t, dir); len(after) != len(before) {
+				t.Errorf("second resume: run files %v, were %v", slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before)))
+			}
+			status, stderr = first.interrupt(t)
+			if status != fleet.ExitUnfinished && status != fleet.ExitStartup {
+				t.Fatalf("interrupted resume: exit status %d\n%s", status, stderr)
+			}
+			if n := strings.Count(stderr, "\n"); n > maxStopLines+1 {
+				t.Errorf("interrupted resume printed %d lines:\n%s", n, stderr)
+			}
+
+			status, stderr = rollout(t, dir, resume...)
+			if status != 0 {
+				t.Fatalf("rollout %s: exit status %d\n%s", strings.Join(resume, " "), status, stderr)
+			}
+			checkEachEpisodeOnce(t, dir, id, episodes)
+			n := lines(t, filepath.Join(dir, "out.jsonl"))
+			for _, want := range []string{fmt.Sprintf("trajectories=%d (resumed ", n), fmt.Sprintf("wrote %d trajectories", n)} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("the resumed run's summary does not say %q:\n%s", want, stderr)
+				}
+			}
+			checkNoTempFiles(t, dir)
+		})
+	}
+}
+
+// checkEachEpisodeOnce fails unless out.jsonl and failures.jsonl in dir
+// hold each of run's episodes exactly once.
+func checkEachEpisodeOnce(t *testing.T, dir, run string, episodes int) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, name := range []string{"out.jsonl", "failures.jsonl"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range bytes.Lines(data) {
+			var rec struct {
+				RunID     string `json:"run_id"`
+				EpisodeID string `json:"episode_id"`
+			}
+			if err := json.Unmarshal(line, &rec); err != nil || rec.RunID != run {
+				t.Fatalf("%s: line %q: %v (run %q, want %q)", name, line, err, rec.RunID, run)
+			}
+			seen[rec.EpisodeID]++
+		}
+	}
+	if len(seen) != episodes {
+		t.Errorf("%d episodes written, want %d", len(seen), episodes)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("episode %s written %d times", id, n)
+		}
 	}
 }
