@@ -172,3 +172,18 @@ func WithDefaults(opts json.RawMessage, defaults map[string]any) (json.RawMessag
 	}
 	return json.Marshal(obj)
 }
+
+// FirstChat is the first prompt of a chat-style episode of the env whose
+// reset gave obs and info: its system prompt (info "system", empty when it
+// has none) and the user turn, the instructions with the info suffix
+// appended as GEM's observation wrappers do when the env's feedback turns
+// carry no suffix of their own (a board game's suffix shows the board).
+func (s Spec) FirstChat(obs string, info Info) (system, user string) {
+	if suffix := info["suffix"]; s.ChatSuffix == "" && suffix != "" {
+		if !strings.HasSuffix(obs, "\n") {
+			obs += "\n"
+		}
+		obs += suffix
+	}
+	return info["system"], obs
+}

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"io"
 
+	"github.com/rollfleet/rollfleet/envplay"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/jobs"
 	"github.com/rollfleet/rollfleet/messages"
@@ -81,6 +82,8 @@ func (p *plan) nemoRecord(t *messages.Trajectory) (*nemogym.Record, error) {
 		r.Input = append(r.Input, nemogym.Message{Role: "user", Content: user})
 	case t.Prompt != "":
 		r.Input = []nemogym.Message{{Role: "user", Content: t.Prompt}}
+	default:
+		r.Input = gameInput(t.Env, req)
 	}
 	r.Output, r.InputTokens, r.OutputTokens = outputMessages(t)
 
@@ -117,6 +120,29 @@ func (p *plan) nemoRecord(t *messages.Trajectory) (*nemogym.Record, error) {
 	id, _ := json.Marshal(t.EpisodeID)
 	r.Extra = append(r.Extra, nemogym.Field{Key: "episode_id", Value: id})
 	return r, nil
+}
+
+// gameInput is the first prompt of a game episode played from the env's
+// own instructions, as the env worker made it: the game is reset again
+// from the episode's seed. A remote env's is not known here (nil).
+func gameInput(id string, req *messages.EpisodeRequest) []nemogym.Message {
+	if req.EnvSeed == nil {
+		return nil
+	}
+	spec, err := envs.Lookup(id)
+	if err != nil {
+		return nil
+	}
+	_, obs, info, err := envplay.Start(id, req.EnvOptions, *req.EnvSeed, nil)
+	if err != nil {
+		return nil
+	}
+	system, user := spec.FirstChat(obs, info)
+	var in []nemogym.Message
+	if system != "" {
+		in = append(in, nemogym.Message{Role: "system", Content: system})
+	}
+	return append(in, nemogym.Message{Role: "user", Content: user})
 }
 
 // modelName is the served model's name as far as the run knows it: --model,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/envs/mathgrade"
 	"github.com/rollfleet/rollfleet/jobs"
@@ -351,5 +352,47 @@ func TestMathEnvOptions(t *testing.T) {
 				t.Errorf("judge %q strict %v, %s: env options %s (%v), want %s", tc.judge, tc.strict, req.Env, req.EnvOptions, err, want)
 			}
 		}
+	}
+}
+
+// TestNeMoGymGameInput: a game played from its own instructions is written
+// with those instructions as NeMo Gym's input, exactly the first prompt the
+// model was given (the stand-in's tokens decode to the input rendered by
+// the chat template), board included where the game shows one.
+func TestNeMoGymGameInput(t *testing.T) {
+	for _, env := range []string{"game:GuessTheNumber-v0", "game:Sudoku-v0-easy"} {
+		t.Run(env, func(t *testing.T) {
+			var out bytes.Buffer
+			seed := uint64(9)
+			sum, err := Run(context.Background(), Options{
+				Env: env, Episodes: 3, Seed: &seed, MaxTokens: 64, Format: FormatNeMoGym, Out: &out,
+				DataDir: filepath.Join(t.TempDir(), "nats"),
+			})
+			if err != nil || sum.Trajectories != 3 {
+				t.Fatalf("run: %v (%s)", err, sum)
+			}
+			var tok toyllm.Tokenizer
+			for n, line := range bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
+				var rec struct {
+					Params struct {
+						Input []chat.Message `json:"input"`
+					} `json:"responses_create_params"`
+					Response struct {
+						Output []struct {
+							PromptTokenIDs []int32 `json:"prompt_token_ids"`
+						} `json:"output"`
+					} `json:"response"`
+				}
+				if err := json.Unmarshal(line, &rec); err != nil {
+					t.Fatal(err)
+				}
+				if len(rec.Params.Input) == 0 || len(rec.Response.Output) == 0 {
+					t.Fatalf("line %d: input %v, %d outputs", n+1, rec.Params.Input, len(rec.Response.Output))
+				}
+				if got, want := chat.Render(rec.Params.Input, true), tok.Decode(rec.Response.Output[0].PromptTokenIDs); got != want {
+					t.Fatalf("line %d: input renders as\n%q\nthe model was given\n%q", n+1, got, want)
+				}
+			}
+		})
 	}
 }
