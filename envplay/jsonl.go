@@ -5,6 +5,7 @@ package envplay
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -35,9 +36,14 @@ type ErrorLine struct {
 	Error string `json:"error"`
 }
 
+// ErrBadLines means some input lines were not JSON strings: each had an
+// error line in the output, and play went on without it.
+var ErrBadLines = errors.New("envplay: input lines that are not actions")
+
 // JSONL plays env over JSON lines: it writes the reset result, then reads one
 // JSON string (an action) per line and writes the step result, until the
-// input ends.
+// input ends. An input line that is not a JSON string gets an error line
+// and is skipped; at the end the error wraps ErrBadLines and counts them.
 func JSONL(r io.Reader, w io.Writer, env envs.Env, obs string, info envs.Info) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
@@ -49,9 +55,11 @@ func JSONL(r io.Reader, w io.Writer, env envs.Env, obs string, info envs.Info) e
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), MaxLine)
+	var bad []int
 	for line := 1; sc.Scan(); line++ {
 		var action string
 		if err := json.Unmarshal(sc.Bytes(), &action); err != nil {
+			bad = append(bad, line)
 			if err := enc.Encode(ErrorLine{Error: fmt.Sprintf("line %d: want one JSON string (the action): %v", line, err)}); err != nil {
 				return fmt.Errorf("envplay: write: %w", err)
 			}
@@ -68,6 +76,9 @@ func JSONL(r io.Reader, w io.Writer, env envs.Env, obs string, info envs.Info) e
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("envplay: read: %w", err)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %d (first: line %d)", ErrBadLines, len(bad), bad[0])
 	}
 	return nil
 }

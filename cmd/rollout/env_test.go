@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -90,5 +91,26 @@ func TestEnvWithoutState(t *testing.T) {
 	}
 	if a != b || a == c {
 		t.Errorf("seed 1 twice and seed 2 gave:\n%s\n%s\n%s", a, b, c)
+	}
+}
+
+// TestEnvBadLineFails: rollout env plays on past an input line that is not
+// an action, answering it with an error line, and exits non-zero at the
+// end, naming the bad lines.
+func TestEnvBadLineFails(t *testing.T) {
+	cmd := exec.Command(rolloutBin(t), "env", "--env", "game:GuessTheNumber-v0-easy", "--state", `{"game_number": 7}`)
+	cmd.Stdin = strings.NewReader("guess 7\n" + `"\\boxed{7}"` + "\n")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("exit: %v, want a non-zero status\n%s", err, stderr.String())
+	}
+	if got := strings.Count(stdout.String(), "\n"); got != 3 || !strings.Contains(stdout.String(), `"error":"line 1: `) || !strings.Contains(stdout.String(), "Congratulations") {
+		t.Errorf("want the reset, an error line for line 1 and the winning step, got:\n%s", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "1 (first: line 1)") {
+		t.Errorf("stderr does not name the bad line:\n%s", stderr.String())
 	}
 }
