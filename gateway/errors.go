@@ -90,7 +90,7 @@ var sessionErrors = []struct {
 func answer(err error) (int, errorInfo) {
 	var rf *refusal
 	var ae *vllmapi.Error
-	status, message := http.StatusInternalServerError, "internal error"
+	status, message := http.StatusInternalServerError, "internal error: the gateway's log has the detail"
 	switch {
 	case errors.As(err, &rf):
 		status, message = http.StatusBadRequest, rf.message

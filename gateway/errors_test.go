@@ -224,3 +224,43 @@ func TestFinishNotStored(t *testing.T) {
 	}
 	f.must(t, http.StatusOK, http.MethodGet, "/v1/sessions/kept", nil, nil)
 }
+
+// TestAnswer checks what a client is told of each kind of error, wrapped as the gateway wraps
+// it with internal detail: the detail never reaches the message.
+func TestAnswer(t *testing.T) {
+	detail := "rf.llm.generate at http://10.0.0.7:8000: vllm: HTTP 500"
+	for _, tc := range []struct {
+		err    error
+		status int
+		want   string
+	}{
+		{fmt.Errorf("%w on %s", ErrNoWorker, detail), 503, "the model server is unavailable: no LLM worker answered"},
+		{fmt.Errorf("%w: %s", ErrUnavailable, detail), 503, "the model server is unavailable"},
+		{fmt.Errorf("%w: %s", ErrTimeout, detail), 504, "the model server did not answer in time"},
+		{fmt.Errorf("%w: %s", ErrBadReply, detail), 502, "the model server's answer could not be read"},
+		{fmt.Errorf("%w: %s", ErrRefused, detail), 502, "the LLM worker refused the request"},
+		{fmt.Errorf("%w: publishing session %q: %s", ErrNotStored, "s", detail), 503, "could not be stored"},
+		{fmt.Errorf("%w: %q", ErrSessionNotFound, "s"), 404, `no such session: "s"`},
+		{fmt.Errorf("%w: %d open sessions with %s", ErrSessionAmbiguous, 2, "metadata"), 409, "more than one session matches"},
+		{fmt.Errorf("%w: %d open", ErrTooManySessions, 9), 429, "too many open sessions"},
+		{fmt.Errorf("%w: 300 tokens", ErrSessionTooLong), 400, "token limit exceeded"},
+		{replyError("rf.llm.tokenize", "vllm: tokenize http://10.0.0.7:8000/tokenize: vllm: HTTP 413", messages.CodeInvalid, 0), 400,
+			"the prompt is too long for the model: the model server refused it as too large (Request Entity Too Large)"},
+		{replyError("rf.llm.generate", "vllm: complete http://10.0.0.7:8000/v1/completions: vllm: HTTP 400 BadRequestError: see http://10.0.0.7:8000/docs",
+			messages.CodeInvalid, 0), 400, "the model server refused the request: see <address>"},
+		{replyError("rf.llm.generate", "vllm: HTTP 400 BadRequestError: This model's maximum context length is 8 tokens.",
+			messages.CodeContextLength, 0), 400, "This model's maximum context length is 8 tokens."},
+		{replyError("rf.llm.generate", "llm: prompt too long", messages.CodeContextLength, 0), 400, "the prompt is too long for the model"},
+		{fmt.Errorf("gateway: session %q: %s", "s", detail), 500, "internal error"},
+	} {
+		status, info := answer(tc.err)
+		wantType := "invalid_request_error"
+		if tc.status >= 500 {
+			wantType = "server_error"
+		}
+		if status != tc.status || info.Type != wantType || !strings.Contains(info.Message, tc.want) || info.Param != nil || info.Code != nil {
+			t.Errorf("%v: got %d %+v, want %d %s with %q", tc.err, status, info, tc.status, wantType, tc.want)
+		}
+		checkClientTerms(t, info.Message)
+	}
+}

@@ -201,12 +201,18 @@ func checkError(t testing.TB, r *response, status int) (message string, param *s
 	if ct := r.header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q of %s", ct, r)
 	}
+	checkClientTerms(t, message)
+	return message, param
+}
+
+// checkClientTerms fails the test when an error message shows one of internalWords.
+func checkClientTerms(t testing.TB, message string) {
+	t.Helper()
 	for _, w := range internalWords {
 		if strings.Contains(message, w) {
 			t.Errorf("message %q shows %q", message, w)
 		}
 	}
-	return message, param
 }
 
 // do sends one request to the gateway; body is encoded as JSON unless it is a []byte.
