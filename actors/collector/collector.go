@@ -318,7 +318,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("collector: decisions stream: %w", err)
 	}
-	if err := bus.Retry(ctx, func(ctx context.Context) error {
+	if err := bus.RetryStore(ctx, c.log, "create the steps consumer", func(ctx context.Context) error {
 		var err error
 		cons, err = steps.CreateOrUpdateConsumer(ctx, ConsumerConfig(c.opts))
 		return err

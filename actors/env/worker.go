@@ -301,9 +301,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("env: %w", err)
 	}
 	defer func() { _ = status.Unsubscribe() }()
-	// A worker that starts during a leader election waits it out.
+	// A worker that starts during a leader election, or while the store's
+	// disk is full, waits it out.
 	var cons jetstream.Consumer
-	if err := bus.Retry(ctx, func(ctx context.Context) error {
+	if err := bus.RetryStore(ctx, w.log, "create the episodes consumer", func(ctx context.Context) error {
 		var err error
 		cons, err = w.js.CreateOrUpdateConsumer(ctx, w.opts.Subjects.StreamEpisodes(), ConsumerConfig(w.opts))
 		return err

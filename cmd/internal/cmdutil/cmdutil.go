@@ -98,7 +98,9 @@ func (f *Fleet) Connect(ctx context.Context, name string, log *slog.Logger) (*na
 		go watchStreamPermission(sctx, nc, cancel)
 		err = bus.EnsureStreams(sctx, js, subj, f.Streams())
 		cancel()
-		if errors.Is(err, bus.ErrStreamMismatch) {
+		// A stream left as it is because the store's disk is full is
+		// waited for like one that could not be made.
+		if errors.Is(err, bus.ErrStreamMismatch) && !bus.StoreUnwritable(err) {
 			log.Warn("streams left as they are", "err", err)
 			err = nil
 		}
