@@ -89,11 +89,12 @@ func BenchmarkTurnFloor(b *testing.B) {
 			id := fmt.Sprintf("floor-%03d", e)
 			subject := subj.Steps("floor", id, id)
 			for turn := next.Add(1); turn <= int64(b.N); turn = next.Add(1) {
-				if _, err := envNC.Request(subj.Generate(), request, 10*time.Second); err != nil {
+				traceparent := messages.Traceparent(messages.NewTraceID(), messages.NewSpanID())
+				if _, err := envNC.RequestMsg(bus.TracedMsg(subj.Generate(), request, traceparent), 10*time.Second); err != nil {
 					b.Error(err)
 					return
 				}
-				if _, err := envJS.Publish(ctx, subject, step, jetstream.WithMsgID(fmt.Sprintf("%s/%d", id, turn))); err != nil {
+				if err := bus.PublishMsg(ctx, envJS, bus.TracedMsg(subject, step, traceparent), fmt.Sprintf("%s/%d", id, turn)); err != nil {
 					b.Error(err)
 					return
 				}

@@ -44,15 +44,31 @@ func streamFull(err error) bool {
 // leader while a cluster elects one, a reconnect, a timeout) is retried as
 // Retry does, for up to 20 s.
 func Publish(ctx context.Context, js jetstream.JetStream, subject string, data []byte, msgID string) error {
-	return PublishMsg(ctx, js, &nats.Msg{Subject: subject, Data: data}, msgID)
+	return PublishMsg(ctx, js, TracedMsg(subject, data, ""), msgID)
 }
 
-// TracedMsg is a message carrying traceparent (a W3C trace context, as
-// messages.Traceparent writes it) as its header; none when it is empty.
+// Content-Type names a message body's encoding, as in HTTP: every body
+// rollfleet publishes is msgpack, and saying so lets "nats sub" and "nats
+// stream view" readers (and any other client) tell how to decode it.
+const (
+	HeaderContentType  = "Content-Type"
+	ContentTypeMsgpack = "application/msgpack"
+)
+
+// TracedMsg is a message with a msgpack body (data; a Content-Type header
+// says so), carrying traceparent (a W3C trace context, as
+// messages.Traceparent writes it) as a header too unless it is empty. A
+// message without a body (a progress mark) has no Content-Type.
 func TracedMsg(subject string, data []byte, traceparent string) *nats.Msg {
 	m := &nats.Msg{Subject: subject, Data: data}
+	if len(data) > 0 {
+		m.Header = nats.Header{HeaderContentType: []string{ContentTypeMsgpack}}
+	}
 	if traceparent != "" {
-		m.Header = nats.Header{messages.HeaderTraceparent: []string{traceparent}}
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header[messages.HeaderTraceparent] = []string{traceparent}
 	}
 	return m
 }

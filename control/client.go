@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -138,7 +139,7 @@ func (c *Client) announce(ctx context.Context, change func(*messages.PolicyState
 		if err != nil {
 			return cur, fmt.Errorf("control: encode policy state: %w", err)
 		}
-		_, err = c.js.Publish(ctx, c.subj.Control(), data, jetstream.WithExpectLastSequencePerSubject(seq))
+		_, err = c.js.PublishMsg(ctx, bus.TracedMsg(c.subj.Control(), data, ""), jetstream.WithExpectLastSequencePerSubject(seq))
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 			if err := backoff(ctx); err != nil {
