@@ -6,9 +6,13 @@
 // Each actor is a service instance named NamePrefix plus its kind
 // ("rollfleet-envworker", "rollfleet-llmworker", "rollfleet-collector"),
 // with the worker's id in its metadata. Besides micro's PING, INFO and
-// STATS, it has one endpoint, "status", on "<prefix>.svc.<kind>.status"
+// STATS, it has an endpoint "status", on "<prefix>.svc.<kind>.status"
 // outside any queue group (every instance answers), which replies with the
-// actor's status as JSON; STATS carries the same status as its data.
+// actor's status as JSON; STATS carries the same status as its data. An LLM
+// worker's requests (generate, tokenize, tokenize_chat, detokenize,
+// model_info) are endpoints of its service too, so STATS counts them; env
+// workers and collectors take their work from JetStream, not by request, and
+// their counts are in the status.
 package service
 
 import (
@@ -140,15 +144,22 @@ func RegisterEnv(nc *nats.Conn, subj messages.Subjects, w *envactor.Worker, log 
 	}})
 }
 
-// RegisterLLM registers an LLM worker.
+// RegisterLLM registers an LLM worker, before it runs: the worker then
+// takes its requests through the service's endpoints (llm.Worker.
+// ServeAsService).
 func RegisterLLM(nc *nats.Conn, subj messages.Subjects, w *llm.Worker, log *slog.Logger) (micro.Service, error) {
-	return Register(nc, Config{Kind: KindLLM, ID: w.ID(), Subjects: subj, Logger: log, Status: func() any {
+	svc, err := Register(nc, Config{Kind: KindLLM, ID: w.ID(), Subjects: subj, Logger: log, Status: func() any {
 		st := Status{Kind: KindLLM, ID: w.ID(), Stats: snakeFields(w.Stats()), Endpoints: w.Endpoints()}
 		if p, ok := w.Policy(); ok {
 			st.Policy = &p
 		}
 		return st
 	}})
+	if err != nil {
+		return nil, err
+	}
+	w.ServeAsService(svc)
+	return svc, nil
 }
 
 // RegisterCollector registers a collector, under a fresh id.

@@ -14,10 +14,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/rollfleet/rollfleet/actors/llm"
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/fleet"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/service"
+	"github.com/rollfleet/rollfleet/toyllm"
 )
 
 // TestFleetIsDiscoverable starts a standing fleet and finds its actors from
@@ -77,18 +79,20 @@ func TestFleetIsDiscoverable(t *testing.T) {
 			}
 			// micro counts a request once its handler has returned, which
 			// may be just after the requester got the answer.
-			var stats micro.Stats
+			var status0 *micro.EndpointStats
 			bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-				stats = micro.Stats{}
+				var stats micro.Stats
 				request(t, nc, "$SRV.STATS."+name, &stats)
-				if len(stats.Endpoints) != 1 || stats.Endpoints[0].NumRequests < 1 {
+				i := slices.IndexFunc(stats.Endpoints, func(e *micro.EndpointStats) bool { return e.Name == "status" })
+				if i < 0 || stats.Endpoints[i].NumRequests < 1 {
 					return fmt.Errorf("STATS: %+v", stats)
 				}
+				status0 = stats.Endpoints[i]
 				return nil
 			})
 			var data service.Status
-			if err := json.Unmarshal(stats.Endpoints[0].Data, &data); err != nil || data.Kind != kind {
-				t.Errorf("STATS data %s: %v", stats.Endpoints[0].Data, err)
+			if err := json.Unmarshal(status0.Data, &data); err != nil || data.Kind != kind {
+				t.Errorf("STATS data %s: %v", status0.Data, err)
 			}
 		})
 	}
@@ -133,5 +137,60 @@ func request(t *testing.T, nc *nats.Conn, subject string, v any) {
 func TestVersion(t *testing.T) {
 	if v := service.Version(); v == "" {
 		t.Fatal("no version")
+	}
+}
+
+// TestLLMRequestsAreServiceEndpoints: an LLM worker's requests are endpoints
+// of its service, in its queue group, so STATS ("nats micro stats") counts
+// the generate requests it served, not just the status requests.
+func TestLLMRequestsAreServiceEndpoints(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := bustest.RunServer(t)
+	url, stopModel, err := toyllm.New(toyllm.Options{}).Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopModel)
+	subj := messages.NewSubjects("")
+	log := slog.New(slog.DiscardHandler)
+	w, err := llm.New(bustest.Connect(t, s, "llmworker"), llm.Options{Endpoints: []string{url}, Subjects: subj, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := service.RegisterLLM(bustest.Connect(t, s, "llmworker-svc"), subj, w, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	stop, err := w.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	nc := bustest.Connect(t, s, "observer")
+	const n = 7
+	prompt := toyllm.Tokenizer{}.Encode("Guess the number between 1 and 20.")
+	for i := range n {
+		data, err := messages.Marshal(&messages.GenerateRequest{V: messages.Version, EpisodeID: fmt.Sprintf("e%d", i), Prompt: prompt, MaxTokens: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := nc.RequestWithContext(ctx, subj.Generate(), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := messages.Decode[messages.GenerateReply](m.Data); err != nil || rep.Error != "" {
+			t.Fatalf("generate %d: %v %+v", i, err, rep)
+		}
+	}
+	var stats micro.Stats
+	request(t, nc, "$SRV.STATS."+service.NamePrefix+service.KindLLM, &stats)
+	i := slices.IndexFunc(stats.Endpoints, func(e *micro.EndpointStats) bool { return e.Name == "generate" })
+	if i < 0 {
+		t.Fatalf("STATS has no generate endpoint: %+v", stats.Endpoints)
+	}
+	if e := stats.Endpoints[i]; e.NumRequests != n || e.Subject != subj.Generate() || e.QueueGroup != "llm" {
+		t.Errorf("generate endpoint: %d requests on %s in queue group %q, want %d on %s in llm", e.NumRequests, e.Subject, e.QueueGroup, n, subj.Generate())
 	}
 }

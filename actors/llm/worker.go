@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -138,6 +139,8 @@ type Worker struct {
 	// ready is closed once the server has the worker's subscriptions.
 	ready     chan struct{}
 	readyOnce sync.Once
+	// svc, when set, takes the requests as service endpoints.
+	svc micro.Service
 }
 
 // New builds a worker for the given endpoints.
@@ -167,6 +170,15 @@ func (w *Worker) Stats() Stats {
 		Detokenize: w.detokenize.Load(), Info: w.info.Load(), Aborted: w.aborted.Load(),
 	}
 }
+
+// ServeAsService makes Run take its requests through endpoints of svc, one
+// per request subject (generate, tokenize, tokenize_chat, detokenize,
+// model_info) on the same subjects and in the same queue group, instead of
+// plain subscriptions: the NATS service API then counts each kind's
+// requests, so "nats micro stats" shows the worker's real work. Call it
+// before Run; Run stops svc when it stops taking requests (micro drains its
+// endpoints only all together).
+func (w *Worker) ServeAsService(svc micro.Service) { w.svc = svc }
 
 // Ready is closed once Run's subscriptions are registered with the server.
 // A process that starts an env worker beside it waits for it: any other
@@ -277,10 +289,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case inbox <- j:
 		case <-quit:
+			w.refuse(m)
 		}
 	}
 	var subs sync.WaitGroup // one count per subscription until its last callback returned
-	subscribe := func(subject string) (*nats.Subscription, error) {
+	subscribe := func(name, subject string) (*nats.Subscription, error) {
+		if w.svc != nil {
+			// micro counts the request once this returns: the hand-off to
+			// the pool, not the answer.
+			err := w.svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
+				enqueue(&nats.Msg{Subject: r.Subject(), Reply: r.Reply(), Header: nats.Header(r.Headers()), Data: r.Data()})
+			}), micro.WithEndpointSubject(subject), micro.WithEndpointQueueGroup(w.opts.Queue), micro.WithEndpointPendingLimits(-1, 256<<20))
+			if err != nil {
+				return nil, fmt.Errorf("llm: service endpoint %s: %w", subject, err)
+			}
+			return nil, nil
+		}
 		s, err := w.nc.QueueSubscribe(subject, w.opts.Queue, enqueue)
 		if err != nil {
 			return nil, fmt.Errorf("llm: subscribe %s: %w", subject, err)
@@ -300,19 +324,25 @@ func (w *Worker) Run(ctx context.Context) error {
 		return s, nil
 	}
 	var subscriptions []*nats.Subscription
-	for _, subject := range []string{
-		w.opts.Subjects.Generate(), w.opts.Subjects.Tokenize(), w.opts.Subjects.TokenizeChat(),
-		w.opts.Subjects.Detokenize(), w.opts.Subjects.ModelInfo(),
+	for _, ep := range []struct{ name, subject string }{
+		{"generate", w.opts.Subjects.Generate()}, {"tokenize", w.opts.Subjects.Tokenize()},
+		{"tokenize_chat", w.opts.Subjects.TokenizeChat()}, {"detokenize", w.opts.Subjects.Detokenize()},
+		{"model_info", w.opts.Subjects.ModelInfo()},
 	} {
-		s, err := subscribe(subject)
+		s, err := subscribe(ep.name, ep.subject)
 		if err != nil {
 			for _, s := range subscriptions {
 				_ = s.Unsubscribe()
 			}
+			if w.svc != nil {
+				_ = w.svc.Stop()
+			}
 			close(quit)
 			return err
 		}
-		subscriptions = append(subscriptions, s)
+		if s != nil {
+			subscriptions = append(subscriptions, s)
+		}
 	}
 	wg.Go(func() { w.announceReady(ctx) })
 
@@ -329,6 +359,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	// received; each is handed to the pool before its subscription closes.
 	for _, s := range subscriptions {
 		_ = s.Drain()
+	}
+	if w.svc != nil {
+		// The endpoints drain too, but micro tells nobody when their last
+		// callback has run: one that comes after quit refuses its request
+		// as unavailable, which the requester retries on another worker.
+		_ = w.svc.Stop()
 	}
 	subs.Wait()
 	close(quit)
@@ -389,12 +425,35 @@ func (w *Worker) handle(ctx context.Context, j job) {
 		w.info.Add(1)
 		reply = w.marshal(w.serveModelInfo(ctx, m.Data))
 	}
+	w.respond(m, reply)
+}
+
+// respond sends reply to m's requester, if it waits for one.
+func (w *Worker) respond(m *nats.Msg, reply []byte) {
 	if m.Reply == "" {
 		return
 	}
-	if err := m.Respond(reply); err != nil {
+	if err := w.nc.Publish(m.Reply, reply); err != nil {
 		w.log.Warn("respond failed", "subject", m.Subject, "err", err)
 	}
+}
+
+// refuse answers a request that came after the worker stopped taking them
+// as unavailable, so that its requester retries on another worker at once.
+func (w *Worker) refuse(m *nats.Msg) {
+	const msg = "llm worker stopping"
+	var reply any
+	switch m.Subject {
+	case w.opts.Subjects.Generate():
+		reply = generateFailed(msg, messages.CodeUnavailable)
+	case w.opts.Subjects.Tokenize(), w.opts.Subjects.TokenizeChat():
+		reply = tokenizeFailed(msg, messages.CodeUnavailable)
+	case w.opts.Subjects.Detokenize():
+		reply = detokenizeFailed(msg, messages.CodeUnavailable)
+	default:
+		reply = modelInfoFailed(msg, messages.CodeUnavailable)
+	}
+	w.respond(m, w.marshal(reply))
 }
 
 func (w *Worker) marshal(v any) []byte {
@@ -618,9 +677,7 @@ func (w *Worker) answerFromCache(m *nats.Msg, req *messages.TokenizeRequest) boo
 		return false
 	}
 	w.tokenize.Add(1)
-	if err := m.Respond(w.marshal(&messages.TokenizeReply{V: messages.Version, Tokens: ids})); err != nil {
-		w.log.Warn("respond failed", "subject", m.Subject, "err", err)
-	}
+	w.respond(m, w.marshal(&messages.TokenizeReply{V: messages.Version, Tokens: ids}))
 	return true
 }
 
