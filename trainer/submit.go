@@ -478,16 +478,6 @@ func (c *Client) explicitRequests(b Batch, man messages.BatchManifest) (*batchRe
 	return &batchRequests{explicit: b.Requests}, man, nil
 }
 
-// episodeMsgID is the de-duplication id of a batch's episode: its episode
-// id when that names the batch (as fleet's do), else batch/episode, so
-// batches reusing episode ids never collide.
-func episodeMsgID(batch, episode string) string {
-	if strings.HasPrefix(episode, batch+"-") {
-		return episode
-	}
-	return batch + "/" + episode
-}
-
 // publishEpisodes publishes the episodes numbered idx and waits for the
 // stream to store them; one it refused is published again with
 // bus.Publish's retries.
@@ -517,7 +507,7 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, idx [
 		if err != nil {
 			return fmt.Errorf("trainer: episode %s: %w", q.EpisodeID, err)
 		}
-		p := pending{id: episodeMsgID(man.BatchID, q.EpisodeID),
+		p := pending{id: messages.EpisodeMsgID(q.RunID, q.EpisodeID),
 			msg: bus.TracedMsg(c.subj.Episodes(q.RunID, q.Env), data, messages.Traceparent(q.TraceID, messages.NewSpanID()))}
 		p.ack, err = c.js.PublishMsgAsync(p.msg, jetstream.WithMsgID(p.id))
 		if err != nil {

@@ -59,15 +59,16 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	req, err := messages.Decode[messages.EpisodeRequest](msg.Data())
 	if err != nil {
 		w.malformed.Add(1)
-		w.log.Warn("malformed episode request", "subject", msg.Subject(), "err", err)
-		f := &messages.Failure{
-			V: messages.Version, Kind: messages.FailureMalformed, Reason: err.Error(),
-			Subject: msg.Subject(), Time: time.Now().UnixNano(),
-			Payload: messages.FailurePayload(msg.Data()),
+		f := w.malformedFailure(msg, err)
+		w.log.Warn("malformed episode request", "subject", msg.Subject(), "run", f.RunID, "episode", f.EpisodeID, "err", err)
+		// One record per stored request, however often it is delivered.
+		var id string
+		if meta, merr := msg.Metadata(); merr == nil {
+			id = "malformed/" + strconv.FormatUint(meta.Sequence.Stream, 10)
 		}
 		ep := &episode{w: w, halt: halt}
 		err := ep.store(ctx, "record a malformed request", func(ctx context.Context) error {
-			return w.publish(ctx, w.opts.Subjects.Failures("", messages.FailureMalformed), f, "", "")
+			return w.publish(ctx, w.opts.Subjects.Failures(f.RunID, messages.FailureMalformed), f, id, "")
 		})
 		if err != nil {
 			w.log.Error("record malformed request", "err", err)
@@ -153,6 +154,43 @@ func (w *Worker) runEpisode(ctx context.Context, halt <-chan struct{}, msg jetst
 	if err := msg.DoubleAck(ctx); err != nil {
 		ep.log.Warn("ack episode", "err", err)
 	}
+}
+
+// malformedFailure is the failure record of a request that does not decode
+// or validate, attributed as far as it can be, so that its submitter, who
+// reads its run's failures, learns of it: the run and env from the subject
+// (else the body's), the episode, group and trace ids from what of the body
+// can be read, else the episode from the message id the submitter gave it
+// (messages.EpisodeMsgID) and the trace from the traceparent header. What
+// names no run is recorded under the empty run.
+func (w *Worker) malformedFailure(msg jetstream.Msg, cause error) *messages.Failure {
+	f := &messages.Failure{
+		V: messages.Version, Kind: messages.FailureMalformed, Reason: cause.Error(),
+		Subject: msg.Subject(), Time: time.Now().UnixNano(),
+		Payload: messages.FailurePayload(msg.Data()),
+	}
+	body := messages.PeekStrings(msg.Data(), "rid", "id", "g", "e", "tid")
+	run, env, err := w.opts.Subjects.ParseEpisodes(msg.Subject())
+	if err != nil {
+		run, env = body["rid"], body["e"]
+	}
+	id := func(s string) string {
+		if len(s) > messages.MaxIDLength {
+			return ""
+		}
+		return s
+	}
+	f.RunID, f.Env, f.EpisodeID, f.GroupID = id(run), id(env), id(body["id"]), id(body["g"])
+	h := msg.Headers()
+	if r, e, err := messages.ParseEpisodeMsgID(h.Get(nats.MsgIdHdr)); f.EpisodeID == "" && err == nil && r == f.RunID {
+		f.EpisodeID = id(e)
+	}
+	if messages.ValidTraceID(body["tid"]) {
+		f.TraceID = body["tid"]
+	} else if tid, _, ok := messages.ParseTraceparent(h.Get(messages.HeaderTraceparent)); ok {
+		f.TraceID = tid
+	}
+	return f
 }
 
 // startTrace settles the episode's trace id — the request's, else the one
