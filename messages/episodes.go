@@ -18,13 +18,7 @@ func ParseEpisodeMsgID(id string) (run, episode string, err error) {
 	if !ok {
 		return "", "", fmt.Errorf("messages: %q is no episode message id", id)
 	}
-	if run, err = ParseToken(r); err != nil {
-		return "", "", err
-	}
-	if episode, err = ParseToken(e); err != nil {
-		return "", "", err
-	}
-	return run, episode, nil
+	return parseTokenPair(r, e)
 }
 
 // ParseEpisodes returns the run and env an Episodes subject names.
@@ -34,13 +28,20 @@ func (s Subjects) ParseEpisodes(subject string) (run, env string, err error) {
 	if !ok || !two || strings.Contains(e, ".") {
 		return "", "", fmt.Errorf("messages: %q is not an episodes subject", subject)
 	}
-	if run, err = ParseToken(r); err != nil {
+	return parseTokenPair(r, e)
+}
+
+// parseTokenPair parses two tokens (ParseToken).
+func parseTokenPair(a, b string) (string, string, error) {
+	x, err := ParseToken(a)
+	if err != nil {
 		return "", "", err
 	}
-	if env, err = ParseToken(e); err != nil {
+	y, err := ParseToken(b)
+	if err != nil {
 		return "", "", err
 	}
-	return run, env, nil
+	return x, y, nil
 }
 
 // PeekStrings reads the string values of keys from the top-level map of a
