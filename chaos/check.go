@@ -549,16 +549,10 @@ func Replay(tr *Trajectory) error {
 	}
 	var tok toyllm.Tokenizer
 	obs := tr.ObservationTokens
-	first, info := env.Reset(envs.NewRNG(*tr.EnvSeed))
-	if spec.ChatSuffix == "" && info["suffix"] != "" {
-		if !strings.HasSuffix(first, "\n") {
-			first += "\n"
-		}
-		first += info["suffix"]
-	}
+	system, first := spec.FirstChat(env.Reset(envs.NewRNG(*tr.EnvSeed)))
 	var msgs []chat.Message
-	if sys := info["system"]; sys != "" {
-		msgs = append(msgs, chat.Message{Role: "system", Content: sys})
+	if system != "" {
+		msgs = append(msgs, chat.Message{Role: "system", Content: system})
 	}
 	msgs = append(msgs, chat.Message{Role: "user", Content: first})
 	if want, got := chat.Render(msgs, true), tok.Decode(obs[:tr.ActionRanges[0].Start]); got != want {

@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -414,11 +413,6 @@ func (e *episode) play(ctx context.Context) error {
 	if single {
 		e.history, e.suffix = []string{obs}, info["suffix"]
 	} else {
-		if e.spec.ChatSuffix == "" {
-			// A board game's instructions do not show the board: its suffix
-			// does, appended as GEM's observation wrappers do.
-			obs = withSuffix(obs, info)
-		}
 		if err := e.firstPrompt(ctx, obs, info); err != nil {
 			return err
 		}
@@ -451,23 +445,10 @@ func (e *episode) loop(ctx context.Context) error {
 	}
 }
 
-// withSuffix appends the info suffix to an observation the way GEM's concat
-// wrapper joins them: the observation ends with a newline, then the suffix.
-func withSuffix(obs string, info envs.Info) string {
-	suffix := info["suffix"]
-	if suffix == "" {
-		return obs
-	}
-	if !strings.HasSuffix(obs, "\n") {
-		obs += "\n"
-	}
-	return obs + suffix
-}
-
 // firstPrompt builds and tokenizes the first prompt of a chat-style episode.
 // The request's own messages or prompt win over the env's instructions,
 // except for a task env, whose instructions already hold the request's
-// prompt; an env may add a system prompt (info "system").
+// prompt; an env's own first prompt is envs.Spec.FirstChat.
 func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) error {
 	req := e.req
 	treq := &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID}
@@ -481,10 +462,11 @@ func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) e
 	case req.Prompt != "" && !e.spec.Task:
 		treq.Text = req.Prompt
 	default:
-		if sys := info["system"]; sys != "" {
-			treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "system", Content: sys})
+		system, user := e.spec.FirstChat(obs, info)
+		if system != "" {
+			treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "system", Content: system})
 		}
-		treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "user", Content: obs})
+		treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "user", Content: user})
 		treq.AddGenerationPrompt = true
 	}
 	toks, err := e.tokenize(ctx, treq, true)
