@@ -453,7 +453,7 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		c.malformed(ctx, m, err)
 		return
 	}
-	if c.finished.has(ev.EpisodeID) {
+	if c.finished.has(finishedKey(ev.RunID, ev.EpisodeID)) {
 		// A redelivery, or a late run, of an episode already decided.
 		if err := m.Ack(); err == nil {
 			if meta, err := m.Metadata(); err == nil {
@@ -482,7 +482,7 @@ func (c *Collector) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	steps, err := c.decide(ctx, m.Subject(), key, s)
-	if err == nil && c.finished.has(ev.EpisodeID) {
+	if err == nil && c.finished.has(finishedKey(ev.RunID, ev.EpisodeID)) {
 		// The step decided its episode, and its outcome is stored.
 		c.ackAndPurge(ctx, m, ev.EpisodeID, steps)
 		return
@@ -550,7 +550,7 @@ func (c *Collector) decide(ctx context.Context, subject string, key runKey, s st
 	}
 	if d != nil {
 		if winner := d.Header.Get(messages.DecisionRunHeader); winner != key.String() {
-			c.lostTo(id, winner)
+			c.lostTo(ev.RunID, id, winner)
 			return nil, nil
 		}
 	}
@@ -579,8 +579,8 @@ func (c *Collector) decide(ctx context.Context, subject string, key runKey, s st
 // is acknowledged at once. An episode decided for another collector's run
 // is only dropped from the cache (forget): its outcome may still have to be
 // stored from that run's terminal step, here or there.
-func (c *Collector) finish(id string) {
-	c.finished.add(id)
+func (c *Collector) finish(run, id string) {
+	c.finished.add(finishedKey(run, id))
 	c.forget(id)
 }
 
@@ -588,9 +588,9 @@ func (c *Collector) finish(id string) {
 // message's decision needs none of the episode's steps, which then go as a
 // decided episode's do: the message may have come on another slot's subject
 // (another shard's), whose purge left the steps on this one.
-func (c *Collector) lostTo(id, winner string) {
+func (c *Collector) lostTo(run, id, winner string) {
 	if winner == malformedRun {
-		c.finish(id)
+		c.finish(run, id)
 		return
 	}
 	c.forget(id)
@@ -615,7 +615,7 @@ func (c *Collector) malformed(ctx context.Context, m jetstream.Msg, cause error)
 	}
 	run, _, id, err := c.opts.Subjects.ParseSteps(m.Subject())
 	f.RunID = run
-	if err == nil && !c.finished.has(id) {
+	if err == nil && !c.finished.has(finishedKey(run, id)) {
 		p := &partial{req: c.cache.request(id, runKey{}), run: run}
 		f.EpisodeID = id
 		if p.req != nil {
@@ -697,7 +697,7 @@ func (c *Collector) record(ctx context.Context, id, run string, p *partial) erro
 		return err
 	}
 	if !won {
-		c.lostTo(id, winner)
+		c.lostTo(p.runID(), id, winner)
 		return nil
 	}
 	return c.store(ctx, id, run, p)
@@ -736,7 +736,7 @@ func (c *Collector) store(ctx context.Context, id, run string, p *partial) error
 		return err
 	}
 	c.full.stored(kind)
-	c.finish(id)
+	c.finish(p.runID(), id)
 	c.count(func(s *Stats) {
 		if out.traj != nil {
 			s.Trajectories++
@@ -1091,6 +1091,10 @@ func (c *Collector) publishGroup(ctx context.Context, grp *messages.Group) error
 		delay = min(2*delay, 30*time.Second)
 	}
 }
+
+// finishedKey names an episode of a run in the set of finished ones: an
+// episode id that a later run uses again is another episode.
+func finishedKey(run, id string) string { return messages.EpisodeMsgID(run, id) }
 
 // recent is a bounded set of recently finished episode ids, so redelivered
 // steps of a decided episode are recognised without growing forever.
