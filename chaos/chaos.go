@@ -784,7 +784,7 @@ func (h *harness) submit(ctx context.Context, reqs []*messages.EpisodeRequest) e
 		if err != nil {
 			return err
 		}
-		seq, err := h.publish(ctx, &nats.Msg{Subject: h.subj.Episodes(r.RunID, r.Env), Data: data}, r.EpisodeID, &h.submitRetries)
+		seq, err := h.publish(ctx, &nats.Msg{Subject: h.subj.Episodes(r.RunID, r.Env), Data: data}, messages.EpisodeMsgID(r.RunID, r.EpisodeID), &h.submitRetries)
 		if err != nil {
 			return err
 		}

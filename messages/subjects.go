@@ -435,6 +435,11 @@ func RunID(request uint64, attempt int32, run string) string {
 	return strconv.FormatUint(request, 10) + "/" + strconv.FormatInt(int64(attempt), 10) + "/" + run
 }
 
+// GroupMsgID is the JetStream de-duplication id of a Group: its group id
+// scoped by run, as EpisodeMsgID is, so that a group id reused by a later run
+// inside the duplicate window is a new group, not a repeat.
+func GroupMsgID(run, group string) string { return EpisodeMsgID(run, group) }
+
 // TrajectoryMsgID is the JetStream de-duplication id of a Trajectory: its episode id, since an
 // episode has exactly one trajectory.
 func TrajectoryMsgID(episode string) string { return episode }

@@ -12,7 +12,8 @@ import (
 // Episode ids are unique within a batch only: one that an earlier batch
 // used is played again and yields its trajectory, never dropped as a
 // duplicate by a stream's de-duplication window or taken by the collector
-// for a late step of the episode it already decided.
+// for a late step of the episode it already decided; a group id reused
+// the same way is a new group too.
 func TestReusedEpisodeIDsArePlayed(t *testing.T) {
 	f := startFleet(t)
 	c, _ := newClient(t, f, trainer.Options{})
@@ -45,9 +46,23 @@ func TestReusedEpisodeIDsArePlayed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cancel()
 		if n != 1 {
 			t.Fatalf("batch %s: %d trajectories of episode %s, want 1", b.batch, n, b.episode)
+		}
+		// Its group, of the same id in both batches, is stored for each.
+		n = 0
+		for res, err := range c.Groups(rctx, b.batch) {
+			if err != nil {
+				t.Fatalf("batch %s, group: %v", b.batch, err)
+			}
+			n++
+			if err := res.Ack(rctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cancel()
+		if n != 1 {
+			t.Fatalf("batch %s: %d groups, want 1", b.batch, n)
 		}
 	}
 }

@@ -1069,7 +1069,7 @@ func (c *Collector) addToGroup(ctx context.Context, p *partial, t *messages.Traj
 func (c *Collector) publishGroup(ctx context.Context, grp *messages.Group) error {
 	delay := time.Second
 	for {
-		err := c.publish(ctx, c.opts.Subjects.Groups(grp.RunID, grp.Env), grp, grp.GroupID)
+		err := c.publish(ctx, c.opts.Subjects.Groups(grp.RunID, grp.Env), grp, messages.GroupMsgID(grp.RunID, grp.GroupID))
 		if err == nil {
 			c.full.stored(kindGroup)
 		}
