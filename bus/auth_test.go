@@ -386,7 +386,8 @@ func TestAuthConfRoles(t *testing.T) {
 	// Trainer: the output streams are work queues, read through
 	// explicit-ack consumers of its own (one run's records, as rollout run
 	// reads them, or every run's), each record gone once acknowledged;
-	// stored records can be read by direct get too, and live ones by
+	// stored records can be read by get (the leader's, or direct: the work
+	// queues allow both, for "nats stream view"), and live ones by
 	// subscription.
 	tr := jss["trainer"]
 	fs, err := tr.Stream(ctx, subj.StreamFailures())
@@ -395,6 +396,9 @@ func TestAuthConfRoles(t *testing.T) {
 	}
 	if raw, err := fs.GetMsg(ctx, 1); err != nil || string(raw.Data) != "failure" {
 		t.Fatalf("trainer: get failure: %v", err)
+	}
+	if raw, err := bus.LeaderGetMsg(ctx, tr, subj.StreamFailures(), 1, ""); err != nil || string(raw.Data) != "failure" {
+		t.Fatalf("trainer: get failure from the leader: %v", err)
 	}
 	for _, c := range []struct{ stream, name, filter string }{
 		{subj.StreamTrajectories(), "run-run-1-trajectory", subj.TrajectoriesOfRun("run-1")},

@@ -99,12 +99,11 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 		}
 	}
 	// A work queue: an acked episode is gone, an unacked one comes back to
-	// another worker. Direct gets let "nats stream view" page it (a work
-	// queue refuses the viewer's consumer); rollfleet reads it only through
-	// consumers, so a get answered by a lagging replica misleads nobody.
-	// The output queues keep them off: the trainer asks them by get whether
-	// an acknowledged record is gone, which must not be a replica's stale
-	// answer (and roles allowed MSG.GET would need DIRECT.GET too).
+	// another worker. Direct gets let "nats stream view" page the work
+	// queues (a work queue refuses the viewer's consumer). Where rollfleet
+	// must know whether a record is still stored (an acknowledged output
+	// record gone, say) it asks the leader (LeaderGetMsg), never a direct
+	// get that a lagging replica may answer.
 	episodes := limits(subj.StreamEpisodes(), subj.EpisodesAll(), 0)
 	episodes.Retention = jetstream.WorkQueuePolicy
 	episodes.AllowDirect = true
@@ -126,6 +125,7 @@ func StreamConfigs(subj messages.Subjects, opts StreamOptions) []jetstream.Strea
 	output := func(name, subject string) jetstream.StreamConfig {
 		cfg := limits(name, subject, opts.OutputMaxAge)
 		cfg.Retention = jetstream.WorkQueuePolicy
+		cfg.AllowDirect = true
 		return cfg
 	}
 	// The policy state: the last announcements, kept however old (a

@@ -188,15 +188,19 @@ func TestEnsureStreamsRetentionMismatch(t *testing.T) {
 	}
 }
 
-// TestEnsureStreamsAllowsDirect: the episodes queue allows direct gets
-// (which "nats stream view" needs to page a work queue), and EnsureStreams
-// turns them on in a queue made without them, changing nothing else.
+// TestEnsureStreamsAllowsDirect: the work queues (episodes and the three
+// outputs) allow direct gets, which "nats stream view" needs to page a work
+// queue, and EnsureStreams turns them on in a queue made without them,
+// changing nothing else.
 func TestEnsureStreamsAllowsDirect(t *testing.T) {
 	s := bustest.RunServer(t)
 	js := bustest.JetStream(t, s, "test")
 	subj := messages.NewSubjects("")
 	ctx := context.Background()
-	direct := map[string]bool{subj.StreamEpisodes(): true, subj.StreamControl(): true}
+	direct := map[string]bool{
+		subj.StreamEpisodes(): true, subj.StreamControl(): true,
+		subj.StreamTrajectories(): true, subj.StreamGroups(): true, subj.StreamFailures(): true,
+	}
 	var old jetstream.StreamConfig
 	for _, cfg := range bus.StreamConfigs(subj, bus.StreamOptions{Batches: true}) {
 		if cfg.AllowDirect != direct[cfg.Name] {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/messages"
 )
 
@@ -324,7 +325,7 @@ func leftover(ctx context.Context, h *harness) (map[string]time.Time, error) {
 		return left, nil
 	}
 	for seq := state.FirstSeq; seq <= state.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
+		m, err := bus.LeaderGetMsg(ctx, h.js, h.subj.StreamEpisodes(), seq, "")
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

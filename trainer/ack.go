@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/bus"
 )
 
 // ackToken is what an acknowledgement token names: a delivery of a stream's
@@ -101,11 +103,8 @@ func (c *Client) AckToken(ctx context.Context, batch, token string) error {
 	// delivery that is no longer pending. The record is acknowledged if
 	// it is gone from its work queue.
 	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) {
-		st, serr := c.js.Stream(context.WithoutCancel(ctx), src.stream)
-		if serr == nil {
-			if _, gerr := st.GetMsg(context.WithoutCancel(ctx), t.seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
-				return nil
-			}
+		if _, gerr := bus.LeaderGetMsg(context.WithoutCancel(ctx), c.js, src.stream, t.seq, ""); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return nil
 		}
 	}
 	return fmt.Errorf("trainer: ack %s record %d of batch %s: %w", src.kind, t.seq, batch, err)

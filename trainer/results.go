@@ -438,13 +438,9 @@ func (r *reader) stillOut(ctx context.Context) (int, error) {
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	st, err := r.c.js.Stream(ctx, r.src.stream)
-	if err != nil {
-		return 0, fmt.Errorf("trainer: stream %s: %w", r.src.stream, err)
-	}
 	n := 0
 	for _, s := range seqs {
-		_, err := st.GetMsg(ctx, s)
+		_, err := bus.LeaderGetMsg(ctx, r.c.js, r.src.stream, s, "")
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			r.acked(s)
@@ -552,13 +548,9 @@ func parseMark(tail string) (kind string, keys []string, err error) {
 // scanFailures adds the failure records of a batch that are in their
 // stream to fails (episode → group). They are few and small.
 func (c *Client) scanFailures(ctx context.Context, batch string, fails map[string]string) error {
-	st, err := c.js.Stream(ctx, c.subj.StreamFailures())
-	if err != nil {
-		return fmt.Errorf("trainer: stream %s: %w", c.subj.StreamFailures(), err)
-	}
 	filter := c.subj.FailuresOfRun(batch)
 	for seq := uint64(1); ; {
-		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		raw, err := bus.LeaderGetMsg(ctx, c.js, c.subj.StreamFailures(), seq, filter)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
