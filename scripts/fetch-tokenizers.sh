@@ -4,6 +4,7 @@
 #
 #   .cache/tokenizers/<model>/tokenizer.json, tokenizer_config.json
 #   .cache/tokenizers/node/node_modules/@lenml/tokenizers   (the reference)
+#   .cache/tokenizers/node/node_modules/@huggingface/jinja  (its template engine)
 #
 # Models: qwen3, llama3_1, gemma3, deepseek_v3, gptoss. Tests that need them
 # skip, naming this script, when they are missing. Set ROLLFLEET_TOKENIZERS
@@ -37,5 +38,11 @@ if [ ! -f "$dest/node/node_modules/@lenml/tokenizers/package.json" ]; then
   mkdir -p "$dest/node"
   (cd "$dest/node" && { [ -f package.json ] || echo '{"private":true}' > package.json; } &&
     npm install --silent --no-audit --no-fund "@lenml/tokenizers@$version")
+fi
+# The Jinja engine bundled in @lenml/tokenizers cannot parse the Qwen3 and
+# Gemma 3 templates; chat/hftemplate's reference renders with this one.
+if [ ! -f "$dest/node/node_modules/@huggingface/jinja/package.json" ]; then
+  echo "fetch-tokenizers: @huggingface/jinja@0.5.11 (the reference's template engine)"
+  (cd "$dest/node" && npm install --silent --no-audit --no-fund "@huggingface/jinja@0.5.11")
 fi
 echo "fetch-tokenizers: ${models[*]} in $dest"
