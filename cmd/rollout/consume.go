@@ -26,6 +26,7 @@ type consumeCmd struct {
 	Durable string        `default:"trainer" help:"Durable consumer name: readers sharing it share the records."`
 	Out     string        `help:"Write each record as a JSON line to this file ('-' for stdout); default: discard."`
 	Every   time.Duration `default:"10s" help:"Print the count read so far this often (0: never)."`
+	Drain   bool          `default:"true" negatable:"" help:"With --kind groups: also take the same runs' trajectories off their stream unread (each group holds its trajectories), as consumer DURABLE-trajectories; --no-drain when another reader takes them."`
 	cmdutil.Fleet
 }
 
@@ -45,28 +46,28 @@ func (c *consumeCmd) Run() error {
 	}
 	defer nc.Close()
 	m.WatchNATS(nc, js, subj)
-	stream, filter := subj.StreamGroups(), subj.GroupsAll()
-	decode := func(b []byte) (any, error) { return messages.Decode[messages.Group](b) }
-	switch c.Kind {
-	case "trajectories":
-		stream, filter = subj.StreamTrajectories(), subj.TrajectoriesAll()
-		decode = func(b []byte) (any, error) { return messages.Decode[messages.Trajectory](b) }
-	case "failures":
-		stream, filter = subj.StreamFailures(), subj.FailuresAll()
-		decode = func(b []byte) (any, error) { return messages.Decode[messages.Failure](b) }
-	}
-	if c.RunID != "" {
-		filter = map[string]string{
-			"groups": subj.GroupsOfRun(c.RunID), "trajectories": subj.TrajectoriesOfRun(c.RunID), "failures": subj.FailuresOfRun(c.RunID),
-		}[c.Kind]
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable: c.Durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024,
-	})
+	cons, decode, err := c.reader(ctx, js, subj, c.Kind, c.Durable)
 	if err != nil {
-		return fmt.Errorf("consumer %s on %s: %w", c.Durable, stream, err)
+		return err
 	}
-	fmt.Fprintf(os.Stderr, "rollout consume: reading %s from %s as %s\n", c.Kind, stream, c.Durable)
+	fmt.Fprintf(os.Stderr, "rollout consume: reading %s as %s\n", c.Kind, c.Durable)
+	if c.Kind == "groups" && c.Drain {
+		// A group holds its trajectories: left on their stream unread, they
+		// would wait there until their max age.
+		tcons, _, err := c.reader(ctx, js, subj, "trajectories", c.Durable+"-trajectories")
+		if err != nil {
+			return fmt.Errorf("%w (another reader takes these trajectories? then --no-drain)", err)
+		}
+		dctx, cancel := context.WithCancel(ctx)
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			if err := consume(dctx, tcons, nil, nil, 0, "trajectories", m.Reader("trajectories")); err != nil {
+				log.Error("draining trajectories stopped", "err", err)
+			}
+		}()
+		defer func() { cancel(); <-drained }()
+	}
 	var w *bufio.Writer
 	switch c.Out {
 	case "":
@@ -81,6 +82,33 @@ func (c *consumeCmd) Run() error {
 		w = bufio.NewWriterSize(f, 1<<20)
 	}
 	return consume(ctx, cons, decode, w, c.Every, c.Kind, m.Reader(c.Kind))
+}
+
+// reader makes (or takes up again) the durable consumer of kind's records,
+// of one run's with --run, and returns it with the records' decoder.
+func (c *consumeCmd) reader(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, kind, durable string) (jetstream.Consumer, func([]byte) (any, error), error) {
+	stream, filter := subj.StreamGroups(), subj.GroupsAll()
+	decode := func(b []byte) (any, error) { return messages.Decode[messages.Group](b) }
+	switch kind {
+	case "trajectories":
+		stream, filter = subj.StreamTrajectories(), subj.TrajectoriesAll()
+		decode = func(b []byte) (any, error) { return messages.Decode[messages.Trajectory](b) }
+	case "failures":
+		stream, filter = subj.StreamFailures(), subj.FailuresAll()
+		decode = func(b []byte) (any, error) { return messages.Decode[messages.Failure](b) }
+	}
+	if c.RunID != "" {
+		filter = map[string]string{
+			"groups": subj.GroupsOfRun(c.RunID), "trajectories": subj.TrajectoriesOfRun(c.RunID), "failures": subj.FailuresOfRun(c.RunID),
+		}[kind]
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("consumer %s on %s: %w", durable, stream, err)
+	}
+	return cons, decode, nil
 }
 
 // consume fetches records in batches, writes them, flushes and then

@@ -42,19 +42,8 @@ func TestConsumeServesMetrics(t *testing.T) {
 	}
 
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	p := &process{cmd: exec.CommandContext(ctx, bin, "consume", "--nats", s.ClientURL(), "--kind", "failures", "--run", "r1",
-		"--out", filepath.Join(t.TempDir(), "failures.jsonl"), "--every", "0", "--metrics", addr), done: make(chan error, 1)}
-	p.cmd.Stderr = &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
+	p := startConsume(t, ctx, bin, "--nats", s.ClientURL(), "--kind", "failures", "--run", "r1",
+		"--out", filepath.Join(t.TempDir(), "failures.jsonl"), "--every", "0", "--metrics", addr)
 	want := []string{
 		`rollfleet_records_read_total{kind="failures"} 3`,
 		`rollfleet_records_malformed_total{kind="failures"} 1`,
@@ -88,4 +77,78 @@ func httpGet(url string) (int, string, error) {
 	var b strings.Builder
 	_, err = io.Copy(&b, resp.Body)
 	return resp.StatusCode, b.String(), err
+}
+
+// startConsume starts "rollout consume args…", killed at the end of the test
+// if it still runs.
+func startConsume(t *testing.T, ctx context.Context, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.CommandContext(ctx, bin, append([]string{"consume"}, args...)...), done: make(chan error, 1)}
+	p.cmd.Stderr = &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// TestConsumeGroupsDrainsTrajectories: a reader of one run's groups takes
+// that run's trajectories off their stream too (a group holds them), and
+// leaves another run's where they are.
+func TestConsumeGroupsDrainsTrajectories(t *testing.T) {
+	bin := rolloutBin(t)
+	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir()})
+	js := bustest.JetStream(t, s, "producer")
+	subj := messages.NewSubjects("")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fixture := func(name string) []byte {
+		data, err := os.ReadFile("../../clients/python/tests/fixtures/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	group, trajectory := fixture("group.msgpack"), fixture("trajectory_chat.msgpack")
+	for _, m := range []struct {
+		subject string
+		data    []byte
+	}{
+		{subj.Groups("r1", "env"), group},
+		{subj.Trajectories("r1", "env"), trajectory},
+		{subj.Trajectories("r1", "env"), trajectory},
+		{subj.Trajectories("r2", "env"), trajectory},
+	} {
+		if _, err := js.Publish(ctx, m.subject, m.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "groups.jsonl")
+	p := startConsume(t, ctx, bin, "--nats", s.ClientURL(), "--run", "r1", "--out", out, "--every", "0")
+	left := func(stream string) uint64 {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().State.Msgs
+	}
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if g, tr := left(subj.StreamGroups()), left(subj.StreamTrajectories()); g != 0 || tr != 1 {
+			return fmt.Errorf("%d groups and %d trajectories stored, want 0 and r2's 1", g, tr)
+		}
+		return nil
+	})
+	p.stop(t)
+	if data, err := os.ReadFile(out); err != nil || strings.Count(string(data), "\n") != 1 {
+		t.Errorf("%s: %d lines (%v), want the one group", out, strings.Count(string(data), "\n"), err)
+	}
 }
