@@ -44,7 +44,9 @@ func TestCommandsRefuseOldServer(t *testing.T) {
 			// Far longer than a refusal takes, far shorter than a run's wait.
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			out, err := exec.CommandContext(ctx, filepath.Join(bin, args[0]), args[1:]...).CombinedOutput()
+			cmd := exec.CommandContext(ctx, filepath.Join(bin, args[0]), args[1:]...)
+			cmd.Dir = t.TempDir() // rollout run's default --out is relative
+			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
 				t.Fatalf("still running after 20 s against nats-server %s:\n%s", version, out)
 			}
