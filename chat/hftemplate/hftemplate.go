@@ -17,12 +17,17 @@
 // (v6) fails to lex all four (no "\n" escapes or newlines inside string
 // literals), gonja (v2.9) fails to parse Gemma 3's and writes tojson
 // without Python's spaces. ardanlabs/jinja renders all four byte-equal to
-// the reference except for its tojson, which differs from Python's
-// json.dumps for \b, \f, U+2028 and U+2029 in strings (Go's encoding/json
-// escapes them) and with indent (Go map order, Go spacing). Its filters
-// are fixed when the package loads, so the copy replaces tojson with
-// json.dumps's encoding (internal/jinja/pyjson.go; NOTICE lists the
-// changes).
+// the references except for two things, which the copy changes (its
+// filters are fixed when the package loads, out of an API's reach; NOTICE
+// lists the changes): its tojson followed Go's encoding/json (\b, \f,
+// U+2028 and U+2029 escaped, indent in Go's map order and spacing), now
+// Python's json.dumps (internal/jinja/pyjson.go); and it concatenated a
+// string and a list where Python raises a TypeError.
+//
+// The tests hold renderings to two references: transformers.js
+// (@lenml/tokenizers' apply_chat_template with @huggingface/jinja) and
+// Python's Jinja2 in the environment transformers sets up, which is what
+// vLLM runs.
 package hftemplate
 
 import (

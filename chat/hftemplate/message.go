@@ -14,7 +14,10 @@ import (
 // Message is one chat message as OpenAI's chat API writes it, with the
 // reasoning_content vLLM adds.
 type Message struct {
-	Role    string  `json:"role"`
+	// Role is "system", "user", "assistant" or "tool".
+	Role string `json:"role"`
+	// Content is the message's text or parts; none for an assistant
+	// message that only calls tools.
 	Content Content `json:"content"`
 	// Name is the optional participant name.
 	Name string `json:"name,omitempty"`
@@ -95,6 +98,7 @@ type Part struct {
 
 // ToolCall is one tool call of an assistant message.
 type ToolCall struct {
+	// ID is the id a tool message's ToolCallID answers.
 	ID string `json:"id,omitempty"`
 	// Type is "function" if empty.
 	Type     string       `json:"type,omitempty"`
@@ -103,6 +107,7 @@ type ToolCall struct {
 
 // FunctionCall names the function called and its arguments.
 type FunctionCall struct {
+	// Name is the function's name.
 	Name string `json:"name"`
 	// Arguments are a JSON object, or a JSON string holding one (OpenAI's
 	// form); empty means {}.

@@ -2,9 +2,11 @@ package hftemplate
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -41,6 +43,9 @@ type parityCase struct {
 	r        RenderOptions
 	template string   // replaces the model's template if set
 	models   []string // the models whose templates take this input; all if nil
+	// pythonOnly holds the case to Jinja2 alone, where transformers.js's
+	// engine departs from Python.
+	pythonOnly bool
 }
 
 func ptr(s string) *string { return &s }
@@ -76,6 +81,10 @@ func parityCases() []parityCase {
 		assistant("It is 21 °C and clear; e4 is played."),
 		user("Thanks!"),
 	}
+	partsTurns := []Message{
+		{Role: "system", Content: Parts(Part{Type: "text", Text: "Rules first."})},
+		{Role: "user", Content: Parts(Part{Type: "text", Text: "  Look:  "}, Part{Type: "image"}, Part{Type: "text", Text: "what is it?"})},
+	}
 	thinking := []Message{
 		user("What is 2+2?"),
 		{Role: "assistant", Content: Text("4"), ReasoningContent: ptr("2 plus 2 is 4.")},
@@ -106,12 +115,12 @@ func parityCases() []parityCase {
 			{Role: "assistant", Content: Text("ok"), ToolCalls: []ToolCall{toolCall("e", "get_weather", `{"city": "Köln \"quoted\"\n\tnew\\line \b\f \u2028\u2029 \u0001 😀", "when": {"day": "today"}}`)}},
 			{Role: "tool", ToolCallID: "e", Content: Text("<tool_response>x</tool_response>")},
 		}, r: RenderOptions{Tools: weatherTools}},
-		{name: "content parts", messages: []Message{
-			{Role: "system", Content: Parts(Part{Type: "text", Text: "Rules first."})},
-			{Role: "user", Content: Parts(Part{Type: "text", Text: "  Look:  "}, Part{Type: "image"}, Part{Type: "text", Text: "what is it?"})},
-			// Llama 3.1's and DeepSeek V3's templates take text only (vLLM
-			// joins the parts for them), Qwen3's calls string methods.
-		}, r: RenderOptions{AddGenerationPrompt: true}, models: []string{"gemma3"}},
+		{name: "content parts", messages: partsTurns, r: RenderOptions{AddGenerationPrompt: true}, models: []string{"gemma3"}},
+		// Templates written for text: Qwen3's and DeepSeek V3's add the list
+		// to a string, a TypeError in Python; Llama 3.1's trims its repr.
+		// transformers.js's engine has no such errors and trims no list.
+		{name: "content parts, text templates", messages: partsTurns, r: RenderOptions{AddGenerationPrompt: true},
+			models: []string{"qwen3", "llama3_1", "deepseek_v3"}, pythonOnly: true},
 		{name: "clock and indent", template: clockTemplate, messages: toolTurns[:3], r: RenderOptions{Tools: weatherTools}},
 	}
 }
@@ -124,14 +133,14 @@ func (c parityCase) modelList() []string {
 }
 
 // tokenizersDir is where scripts/fetch-tokenizers.sh puts its downloads.
-func tokenizersDir(t *testing.T) string {
+func tokenizersDir(t testing.TB) string {
 	if d := os.Getenv("ROLLFLEET_TOKENIZERS"); d != "" {
 		return d
 	}
 	return filepath.Join(repoRoot(t), ".cache", "tokenizers")
 }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -181,16 +190,49 @@ type rendered struct {
 	Error string  `json:"error"`
 }
 
-// reference renders the cases with testdata/reference.cjs, or reads the
-// renderings of the same cases, templates and script from .cache/.
-func reference(t *testing.T, dir string, cases []referenceCase) []rendered {
+// referenceImpl is an implementation the renderings are held to.
+type referenceImpl struct {
+	name   string
+	script string // in testdata/, reading cases on stdin, writing renderings
+	// command runs the script, or tells why it cannot run here.
+	command func(ctx context.Context, dir, script string) (*exec.Cmd, error)
+}
+
+var references = []referenceImpl{
+	{name: "transformers.js", script: "reference.cjs", command: func(ctx context.Context, dir, script string) (*exec.Cmd, error) {
+		node, err := exec.LookPath("node")
+		if err != nil {
+			return nil, err
+		}
+		nodeDir := filepath.Join(dir, "node")
+		if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "@huggingface", "jinja")); err != nil {
+			return nil, err
+		}
+		return exec.CommandContext(ctx, node, script, nodeDir), nil
+	}},
+	{name: "jinja2", script: "reference_jinja2.py", command: func(ctx context.Context, dir, script string) (*exec.Cmd, error) {
+		python, err := exec.LookPath("python3")
+		if err != nil {
+			return nil, err
+		}
+		if out, err := exec.CommandContext(ctx, python, "-c", "import jinja2").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("python3 has no jinja2 (Debian: apt-get install python3-jinja2): %v: %s", err, out)
+		}
+		return exec.CommandContext(ctx, python, script), nil
+	}},
+}
+
+// render renders the cases with the reference, or reads the renderings of
+// the same cases, templates and script from .cache/.
+func (ref referenceImpl) render(t *testing.T, dir string, cases []referenceCase) []rendered {
 	models := map[string]string{}
 	h := sha256.New()
-	script, err := os.ReadFile(filepath.Join("testdata", "reference.cjs"))
+	script := filepath.Join("testdata", ref.script)
+	src, err := os.ReadFile(script)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Write(script)
+	h.Write(src)
 	for _, m := range parityModels {
 		models[m] = filepath.Join(dir, m)
 		cfg, err := os.ReadFile(filepath.Join(dir, m, "tokenizer_config.json"))
@@ -204,24 +246,19 @@ func reference(t *testing.T, dir string, cases []referenceCase) []rendered {
 		t.Fatal(err)
 	}
 	h.Write(input)
-	cache := filepath.Join(repoRoot(t), ".cache", "hftemplate", "reference-"+hex.EncodeToString(h.Sum(nil))[:16]+".json")
+	cache := filepath.Join(repoRoot(t), ".cache", "hftemplate", ref.name+"-"+hex.EncodeToString(h.Sum(nil))[:16]+".json")
 	out, err := os.ReadFile(cache)
 	if err != nil {
-		nodeDir := filepath.Join(dir, "node")
-		node, lookErr := exec.LookPath("node")
-		if lookErr != nil {
-			t.Skipf("no cached reference renderings and no node (%v): run scripts/fetch-tokenizers.sh and install node", lookErr)
+		cmd, err := ref.command(t.Context(), dir, script)
+		if err != nil {
+			t.Skipf("no cached renderings of %s and it cannot run (%v): run scripts/fetch-tokenizers.sh", ref.name, err)
 		}
-		if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "@huggingface", "jinja")); err != nil {
-			t.Skipf("no cached reference renderings and no reference (%v): run scripts/fetch-tokenizers.sh", err)
-		}
-		cmd := exec.CommandContext(t.Context(), node, filepath.Join("testdata", "reference.cjs"), nodeDir)
 		cmd.Env = append(os.Environ(), "TZ=UTC")
 		cmd.Stdin = bytes.NewReader(input)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		if out, err = cmd.Output(); err != nil {
-			t.Fatalf("reference: %v\n%s", err, stderr.String())
+			t.Fatalf("%s: %v\n%s", ref.name, err, stderr.String())
 		}
 		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err != nil {
 			t.Fatal(err)
@@ -232,23 +269,25 @@ func reference(t *testing.T, dir string, cases []referenceCase) []rendered {
 	}
 	var res []rendered
 	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("reference output: %v", err)
+		t.Fatalf("%s output: %v", ref.name, err)
 	}
 	if len(res) != len(cases) {
-		t.Fatalf("reference rendered %d cases, want %d", len(res), len(cases))
+		t.Fatalf("%s rendered %d cases, want %d", ref.name, len(res), len(cases))
 	}
 	return res
 }
 
 // TestParity renders every case with every model's own template and
-// holds each rendering to the reference's, byte for byte; where the
-// reference's template raises, Render must fail too.
+// holds each rendering to each reference's, byte for byte: transformers.js
+// (what the issue names) and Python's Jinja2 set up as transformers sets it
+// up (what vLLM runs). Where a reference's template raises, Render must
+// fail too.
 func TestParity(t *testing.T) {
 	dir := tokenizersDir(t)
 	templates := map[string]*Template{}
 	for _, m := range parityModels {
 		tmpl, err := Load(filepath.Join(dir, m, "tokenizer_config.json"))
-		if os.IsNotExist(err) || (err != nil && strings.Contains(err.Error(), "no such file")) {
+		if errors.Is(err, os.ErrNotExist) {
 			t.Skipf("%v: run scripts/fetch-tokenizers.sh", err)
 		}
 		if err != nil {
@@ -261,6 +300,13 @@ func TestParity(t *testing.T) {
 	}
 	cases := parityCases()
 	var refCases []referenceCase
+	type rendering struct {
+		model, name string
+		text        string
+		err         error
+		pythonOnly  bool
+	}
+	var got []rendering
 	for _, c := range cases {
 		for _, m := range c.modelList() {
 			refCases = append(refCases, referenceCase{
@@ -268,44 +314,46 @@ func TestParity(t *testing.T) {
 				AddGenerationPrompt: c.r.AddGenerationPrompt, Tools: c.r.Tools, Documents: c.r.Documents,
 				Kwargs: c.r.Kwargs, ChatTemplate: c.template,
 			})
-		}
-	}
-	want := reference(t, dir, refCases)
-	var texts, raised, mismatches int
-	i := 0
-	for _, c := range cases {
-		for _, m := range c.modelList() {
-			ref := want[i]
-			i++
 			tmpl := templates[m]
 			if c.template != "" {
-				clock, err := New(c.template, tmpl.Options())
-				if err != nil {
+				var err error
+				if tmpl, err = New(c.template, tmpl.Options()); err != nil {
 					t.Fatal(err)
 				}
-				tmpl = clock
 			}
-			got, err := tmpl.Render(c.messages, c.r)
-			switch {
-			case ref.Text == nil && err != nil:
-				raised++
-				t.Logf("%s/%s: fails in both: %v", m, c.name, err)
-			case ref.Text == nil:
-				mismatches++
-				t.Errorf("%s/%s: reference fails (%s), Render gives %q", m, c.name, ref.Error, got)
-			case err != nil:
-				mismatches++
-				t.Errorf("%s/%s: %v; reference gives %q", m, c.name, err, *ref.Text)
-			case got != *ref.Text:
-				mismatches++
-				t.Errorf("%s/%s: differs from the reference at byte %d\n got %q\nwant %q", m, c.name, firstDiff(got, *ref.Text), got, *ref.Text)
-			default:
-				texts++
-			}
+			text, err := tmpl.Render(c.messages, c.r)
+			got = append(got, rendering{m, c.name, text, err, c.pythonOnly})
 		}
 	}
-	t.Logf("%d models, %d cases: %d renderings: %d byte-equal texts, %d failing in both, %d mismatches",
-		len(parityModels), len(cases), len(refCases), texts, raised, mismatches)
+	for _, ref := range references {
+		t.Run(ref.name, func(t *testing.T) {
+			want := ref.render(t, dir, refCases)
+			var texts, failing, mismatches, skipped int
+			for i, g := range got {
+				w := want[i]
+				switch {
+				case g.pythonOnly && ref.name != "jinja2":
+					skipped++
+				case w.Text == nil && g.err != nil:
+					failing++
+					t.Logf("%s/%s: fails in both: %v; %s", g.model, g.name, g.err, w.Error)
+				case w.Text == nil:
+					mismatches++
+					t.Errorf("%s/%s: the reference fails (%s), Render gives %q", g.model, g.name, w.Error, g.text)
+				case g.err != nil:
+					mismatches++
+					t.Errorf("%s/%s: %v; the reference gives %q", g.model, g.name, g.err, *w.Text)
+				case g.text != *w.Text:
+					mismatches++
+					t.Errorf("%s/%s: differs at byte %d\n got %q\nwant %q", g.model, g.name, firstDiff(g.text, *w.Text), g.text, *w.Text)
+				default:
+					texts++
+				}
+			}
+			t.Logf("%d models, %d cases: %d renderings: %d byte-equal texts, %d failing in both, %d not held to this reference, %d mismatches",
+				len(parityModels), len(cases), len(got), texts, failing, skipped, mismatches)
+		})
+	}
 }
 
 func firstDiff(a, b string) int {

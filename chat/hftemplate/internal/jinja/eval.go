@@ -817,7 +817,7 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 
 	switch n.op {
 	case "+":
-		return addValues(left, right), nil
+		return addValues(left, right)
 	case "-":
 		return subValues(left, right), nil
 	case "*":
@@ -1295,20 +1295,52 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 // Arithmetic helpers
 // =============================================================================
 
-func addValues(a, b Value) Value {
-	if a.IsString() || b.IsString() {
-		return NewString(printValue(a) + printValue(b))
+func addValues(a, b Value) (Value, error) {
+	if a.IsString() != b.IsString() {
+		// Python's TypeError: a template that adds a list or none to a
+		// string fails in transformers rather than rendering a repr.
+		other := a
+		if a.IsString() {
+			other = b
+		}
+		return Undefined(), fmt.Errorf("can only concatenate str (not %q) to str", pyTypeName(other))
+	}
+	if a.IsString() {
+		return NewString(a.AsString() + b.AsString()), nil
 	}
 	if a.IsList() && b.IsList() {
 		items := make([]Value, 0, a.AsList().Len()+b.AsList().Len())
 		items = append(items, a.AsList().Items...)
 		items = append(items, b.AsList().Items...)
-		return NewList(items)
+		return NewList(items), nil
 	}
 	if a.IsFloat() || b.IsFloat() {
-		return NewFloat(toFloat64(a) + toFloat64(b))
+		return NewFloat(toFloat64(a) + toFloat64(b)), nil
 	}
-	return NewInt(toInt64(a) + toInt64(b))
+	return NewInt(toInt64(a) + toInt64(b)), nil
+}
+
+// pyTypeName is the name Python gives the type of a value like v.
+func pyTypeName(v Value) string {
+	switch v.kind {
+	case KindUndefined:
+		return "Undefined"
+	case KindNone:
+		return "NoneType"
+	case KindBool:
+		return "bool"
+	case KindInt:
+		return "int"
+	case KindFloat:
+		return "float"
+	case KindList:
+		return "list"
+	case KindDict:
+		return "dict"
+	case KindCallable:
+		return "function"
+	}
+	return "str"
 }
 
 func subValues(a, b Value) Value {
