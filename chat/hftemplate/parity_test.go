@@ -36,6 +36,18 @@ const clockTemplate = `{{- bos_token }}Today: {{ strftime_now("%d %b %Y") }} {{ 
 [{{ m.role }}] {{ m.content }}{% if m.tool_calls %} {{ m.tool_calls | tojson }}{% endif %}
 {%- endfor %}`
 
+// pythonismsTemplate is no model's: it holds the Python methods, tests and
+// loop variables chat templates use, beyond the four configs' templates,
+// to the references.
+const pythonismsTemplate = `{%- set ns = namespace(n=0) -%}
+{%- for m in messages[::-1] -%}
+{{ loop.index }}/{{ loop.length }}{{ ' first' if loop.first }}{{ ' last' if loop.last }} {{ m['role'].upper() }} {{ m.content | length }}
+{%- if m.content is string %} {{ m.content.strip().split(' ')[0] }} {{ 'ends?' if m.content.endswith('?') }} {{ 'in' if 'ove' in m.content }} {{ m.content.replace('e', 'E') }}{% endif %}
+{%- if m.tool_calls is defined %}{% for tc in m.tool_calls %} {{ tc.function.name }}({% for k, v in tc.function.arguments.items() %}{{ k }}={{ v if v is string else v | tojson }}{{ ',' if not loop.last }}{% endfor %}){{ ' mapping' if tc.function.arguments is mapping }}{% endfor %}{% endif %}
+{%- set ns.n = ns.n + 1 %}
+{% endfor -%}
+{{ ns.n }} {{ tools | length if tools else 0 }} {{ (tools or [])[0].function.parameters.required | join('+') if tools }} {{ messages[0].get('name', 'anon') }} {{ messages | map(attribute='role') | join(',') }}`
+
 // parityCase is one conversation rendered with every model.
 type parityCase struct {
 	name     string
@@ -121,6 +133,10 @@ func parityCases() []parityCase {
 		// transformers.js's engine has no such errors and trims no list.
 		{name: "content parts, text templates", messages: partsTurns, r: RenderOptions{AddGenerationPrompt: true},
 			models: []string{"qwen3", "llama3_1", "deepseek_v3"}, pythonOnly: true},
+		{name: "python methods", template: pythonismsTemplate, messages: toolTurns, r: RenderOptions{Tools: weatherTools}},
+		// transformers.js prints JavaScript's true and false.
+		{name: "printed booleans", template: `{{ true }} {{ messages[0].content is string }} {{ add_generation_prompt }}`,
+			messages: toolTurns[:1], models: []string{"qwen3"}, pythonOnly: true},
 		{name: "clock and indent", template: clockTemplate, messages: toolTurns[:3], r: RenderOptions{Tools: weatherTools}},
 	}
 }
@@ -262,6 +278,13 @@ func (ref referenceImpl) render(t *testing.T, dir string, cases []referenceCase)
 		}
 		if err := os.MkdirAll(filepath.Dir(cache), 0o755); err != nil {
 			t.Fatal(err)
+		}
+		// Renderings of earlier cases or templates are not read again.
+		stale, _ := filepath.Glob(filepath.Join(filepath.Dir(cache), ref.name+"-*.json"))
+		for _, f := range stale {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.WriteFile(cache, out, 0o644); err != nil {
 			t.Fatal(err)
