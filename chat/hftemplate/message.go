@@ -2,6 +2,7 @@ package hftemplate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,49 +117,32 @@ type FunctionCall struct {
 
 // value is the message as the template sees it, keys in OpenAI's order.
 func (m Message) value(keepArgumentStrings bool) (jinja.Value, error) {
-	v := jinja.NewDict()
-	d := v.AsDict()
-	role, err := str("role", m.Role)
-	if err != nil {
-		return v, err
-	}
-	d.Set("role", role)
+	d := newDict()
+	d.str("role", m.Role)
 	content, err := m.Content.value()
 	if err != nil {
-		return v, err
+		return content, err
 	}
-	d.Set("content", content)
+	d.set("content", content)
 	if m.Name != "" {
-		name, err := str("name", m.Name)
-		if err != nil {
-			return v, err
-		}
-		d.Set("name", name)
+		d.str("name", m.Name)
 	}
 	if m.ToolCalls != nil {
 		calls := make([]jinja.Value, len(m.ToolCalls))
 		for i, tc := range m.ToolCalls {
 			if calls[i], err = tc.value(keepArgumentStrings); err != nil {
-				return v, fmt.Errorf("tool call %d: %w", i, err)
+				return calls[i], fmt.Errorf("tool call %d: %w", i, err)
 			}
 		}
-		d.Set("tool_calls", jinja.NewList(calls))
+		d.set("tool_calls", jinja.NewList(calls))
 	}
 	if m.ToolCallID != "" {
-		id, err := str("tool_call_id", m.ToolCallID)
-		if err != nil {
-			return v, err
-		}
-		d.Set("tool_call_id", id)
+		d.str("tool_call_id", m.ToolCallID)
 	}
 	if m.ReasoningContent != nil {
-		rc, err := str("reasoning_content", *m.ReasoningContent)
-		if err != nil {
-			return v, err
-		}
-		d.Set("reasoning_content", rc)
+		d.str("reasoning_content", *m.ReasoningContent)
 	}
-	return v, nil
+	return d.v, d.err
 }
 
 func (c Content) value() (jinja.Value, error) {
@@ -168,20 +152,15 @@ func (c Content) value() (jinja.Value, error) {
 	case contentParts:
 		parts := make([]jinja.Value, len(c.parts))
 		for i, p := range c.parts {
-			pv := jinja.NewDict()
-			typ, err := str("part type", p.Type)
-			if err != nil {
-				return pv, err
-			}
-			pv.AsDict().Set("type", typ)
+			d := newDict()
+			d.str("type", p.Type)
 			if p.Text != "" || p.Type == "text" {
-				text, err := str("part text", p.Text)
-				if err != nil {
-					return pv, err
-				}
-				pv.AsDict().Set("text", text)
+				d.str("text", p.Text)
 			}
-			parts[i] = pv
+			if d.err != nil {
+				return d.v, fmt.Errorf("part %d: %w", i, d.err)
+			}
+			parts[i] = d.v
 		}
 		return jinja.NewList(parts), nil
 	}
@@ -189,37 +168,47 @@ func (c Content) value() (jinja.Value, error) {
 }
 
 func (tc ToolCall) value(keepArgumentStrings bool) (jinja.Value, error) {
-	v := jinja.NewDict()
-	d := v.AsDict()
+	d := newDict()
 	if tc.ID != "" {
-		id, err := str("id", tc.ID)
-		if err != nil {
-			return v, err
-		}
-		d.Set("id", id)
+		d.str("id", tc.ID)
 	}
 	typ := tc.Type
 	if typ == "" {
 		typ = "function"
 	}
-	tv, err := str("type", typ)
-	if err != nil {
-		return v, err
-	}
-	d.Set("type", tv)
-	fn := jinja.NewDict()
-	name, err := str("function name", tc.Function.Name)
-	if err != nil {
-		return v, err
-	}
-	fn.AsDict().Set("name", name)
+	d.str("type", typ)
+	fn := newDict()
+	fn.str("name", tc.Function.Name)
 	args, err := arguments(tc.Function.Arguments, keepArgumentStrings)
 	if err != nil {
-		return v, err
+		return args, err
 	}
-	fn.AsDict().Set("arguments", args)
-	d.Set("function", fn)
-	return v, nil
+	fn.set("arguments", args)
+	if fn.err != nil {
+		return fn.v, fmt.Errorf("function: %w", fn.err)
+	}
+	d.set("function", fn.v)
+	return d.v, d.err
+}
+
+// dict builds a template mapping, keeping the first error of its strings.
+type dict struct {
+	v   jinja.Value
+	err error
+}
+
+func newDict() *dict { return &dict{v: jinja.NewDict()} }
+
+func (d *dict) set(key string, v jinja.Value) { d.v.AsDict().Set(key, v) }
+
+// str sets a string, which must be UTF-8 as Python's strings are.
+func (d *dict) str(key, s string) {
+	v, err := str(key, s)
+	if err != nil {
+		d.err = cmp.Or(d.err, err)
+		return
+	}
+	d.set(key, v)
 }
 
 // arguments follows vLLM: empty arguments are {}, and a JSON string is

@@ -158,15 +158,16 @@ func (p pyJSON) str(sb *strings.Builder, s string) {
 // pyFloatJSON is json.dumps's spelling of a float: repr, and NaN and
 // Infinity as Python writes them.
 func pyFloatJSON(f float64) string {
-	switch {
-	case math.IsNaN(f):
+	switch s := pyFloatRepr(f); s {
+	case "nan":
 		return "NaN"
-	case math.IsInf(f, 1):
+	case "inf":
 		return "Infinity"
-	case math.IsInf(f, -1):
+	case "-inf":
 		return "-Infinity"
+	default:
+		return s
 	}
-	return pyFloatRepr(f)
 }
 
 // pyFloatRepr is Python's repr of a float: the shortest digits that read
