@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -26,6 +27,36 @@ type bpe struct {
 	ignoreMerges bool
 	fallback     [256]int32 // ids of <0x00>..<0xFF>, -1 where absent
 	pool         sync.Pool  // *wordBuf
+	cache        wordCache
+}
+
+// Words up to cachedLen bytes keep their ids in a cache of at most
+// cacheWords entries, emptied when full: prompts repeat their words.
+const (
+	cachedLen  = 64
+	cacheWords = 1 << 15
+)
+
+// wordCache maps a pre-token to its ids.
+type wordCache struct {
+	mu sync.RWMutex
+	m  map[string][]int32
+}
+
+func (c *wordCache) get(word string) ([]int32, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ids, ok := c.m[word]
+	return ids, ok
+}
+
+func (c *wordCache) put(word string, ids []int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= cacheWords || c.m == nil {
+		c.m = make(map[string][]int32)
+	}
+	c.m[strings.Clone(word)] = slices.Clone(ids)
 }
 
 // merge is the rank of a pair and the symbol it merges into.

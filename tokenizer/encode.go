@@ -165,8 +165,23 @@ func fuseUnk(out []int32, start int, unk int32) []int32 {
 	return out[:w]
 }
 
-// encodePiece appends the ids of one pre-token.
+// encodePiece appends the ids of one pre-token, from the cache when it
+// holds them.
 func (t *Tokenizer) encodePiece(p string, buf *wordBuf, out []int32) []int32 {
+	if len(p) > cachedLen {
+		return t.mergePiece(p, buf, out)
+	}
+	if ids, ok := t.bpe.cache.get(p); ok {
+		return append(out, ids...)
+	}
+	start := len(out)
+	out = t.mergePiece(p, buf, out)
+	t.bpe.cache.put(p, out[start:])
+	return out
+}
+
+// mergePiece appends the ids of one pre-token, merging its characters.
+func (t *Tokenizer) mergePiece(p string, buf *wordBuf, out []int32) []int32 {
 	m := t.bpe
 	nodes := buf.nodes[:0]
 	if t.byteMap {

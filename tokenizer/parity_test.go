@@ -111,6 +111,13 @@ func runReference(t *testing.T, root, dir string, corpusJSONL []byte, cached str
 	if err := os.Rename(part, cached); err != nil {
 		t.Fatal(err)
 	}
+	// Outputs for an older corpus or tokenizer are of no more use.
+	old, _ := filepath.Glob(filepath.Join(filepath.Dir(cached), filepath.Base(dir)+"-*.jsonl"))
+	for _, f := range old {
+		if f != cached {
+			os.Remove(f)
+		}
+	}
 }
 
 // TestParity holds Encode to the reference's ids for every corpus string and
