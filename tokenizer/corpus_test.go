@@ -99,7 +99,7 @@ var prose = []string{
 	"It's a test, isn't it? They're here; we've seen 'em. I'M SURE YOU'LL LIKE IT'S.",
 	"The quick brown fox jumps over the lazy dog.",
 	"HELLO World helloWorld HelloWORLD camelCaseWord snake_case_word",
-	"don't DON'T Don'T 'S 's it'ſ 'K ﬁ",
+	"don't DON'T Don'T 'S 's it'ſ it'ſt 'Kill 'K ﬁ",
 	"Mr. Smith's 3rd-floor office—open 9am–5pm…",
 }
 

@@ -92,7 +92,8 @@ func (t *trie) split(text string) []section {
 // Encode returns the token ids of text. Added tokens written in the text
 // (such as "<|im_start|>") are their own ids, as the model's tokenizer gives
 // them; addSpecial adds what the post-processor adds (Llama's and Gemma's
-// BOS).
+// BOS). Bytes of text that are not UTF-8 reach a byte-level model as they
+// are; a byte fallback model sees each as U+FFFD.
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 	out := make([]int32, 0, len(text)/3+len(t.prefix)+len(t.suffix)+1)
 	if addSpecial {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -26,9 +27,21 @@ func tokenizersDir() string {
 	return filepath.Join("..", ".cache", "tokenizers")
 }
 
+// loaded keeps the fetched models' tokenizers for the package's tests, which
+// would otherwise each spend seconds loading the same files.
+var loaded = struct {
+	sync.Mutex
+	m map[string]*Tokenizer
+}{m: map[string]*Tokenizer{}}
+
 // load loads a fetched model's tokenizer or skips the test.
 func load(tb testing.TB, model string) *Tokenizer {
 	tb.Helper()
+	loaded.Lock()
+	defer loaded.Unlock()
+	if tk := loaded.m[model]; tk != nil {
+		return tk
+	}
 	dir := filepath.Join(tokenizersDir(), model)
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
 		tb.Skipf("no %s tokenizer: %s", model, fetchHint)
@@ -37,6 +50,7 @@ func load(tb testing.TB, model string) *Tokenizer {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	loaded.m[model] = tk
 	return tk
 }
 

@@ -23,10 +23,16 @@
 // Go's tables (Unicode 15.0 in Go 1.26): a character assigned since (a letter
 // to a newer table, unassigned to Go's) can split differently.
 //
-// Known differences from the reference, none of which the corpus can reach:
-// decoding does not drop a byte-order mark at the start of a run of byte
-// fallback tokens (the reference's TextDecoder does), and Decode never applies
-// clean_up_tokenization_spaces, so it stays the inverse of Encode.
+// Encode with addSpecial adds what tokenizer.json's post-processor adds
+// (Llama's and Gemma's BOS), as the reference does; transformers' Python
+// LlamaTokenizerFast also adds a BOS where the config sets add_bos_token
+// (DeepSeek V3), which neither does.
+//
+// Decode differs from the reference's decode in two ways: it never applies
+// clean_up_tokenization_spaces (Llama 3.1's config asks for it), so it stays
+// the inverse of Encode, and it keeps a byte-order mark at the start of a run
+// of byte fallback tokens, which the reference's TextDecoder drops. The parity
+// test compares it with the reference's decode without clean-up.
 package tokenizer
 
 import (

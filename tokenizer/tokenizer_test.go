@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -115,6 +116,60 @@ func TestTinyEncodeDecode(t *testing.T) {
 	if b := tk.TokenBytes(1 + 0xE2); b != nil {
 		t.Errorf("TokenBytes of an id no token has = %q", b)
 	}
+}
+
+// TestIgnoreMerges: with ignore_merges a pre-token the vocabulary holds whole
+// is that token, though no merge leads to it.
+func TestIgnoreMerges(t *testing.T) {
+	for _, ignore := range []bool{false, true} {
+		tok := tinyJSON()
+		model := tok["model"].(map[string]any)
+		model["vocab"].(map[string]int)["ba"] = 263
+		model["ignore_merges"] = ignore
+		tk, err := Load(writeDir(t, tok, tinyConfig()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []int32{258, 257}
+		if ignore {
+			want = []int32{263}
+		}
+		if got := tk.Encode("ba", false); !slices.Equal(got, want) {
+			t.Errorf("ignore_merges %v: Encode(ba) = %v, want %v", ignore, got, want)
+		}
+	}
+}
+
+// TestConcurrentEncode encodes from several goroutines at once, filling the
+// shared word cache and reusing buffers, and expects what another tokenizer
+// gets alone.
+func TestConcurrentEncode(t *testing.T) {
+	dir := writeDir(t, tinyJSON(), tinyConfig())
+	alone, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := corpus(200)
+	want := make([][]int32, len(texts))
+	for i, s := range texts {
+		want[i] = alone.Encode(s, false)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i, s := range texts {
+				if got := tk.Encode(s, false); !slices.Equal(got, want[i]) {
+					t.Errorf("Encode(%q) = %v concurrently, %v alone", s, got, want[i])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestTinyConfig(t *testing.T) {
