@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -31,6 +32,10 @@ type ledger struct {
 	seq   uint64               // the stream sequence of state, 0 for the initial state
 	read  uint64               // the last stream sequence read
 	epoch uint64               // the highest epoch read, refused or not
+
+	// When the messages at seq and read were stored: another message at
+	// the same sequence means the stream was made anew.
+	takenAt, readAt time.Time
 }
 
 func newLedger(subj messages.Subjects, log *slog.Logger) *ledger {
@@ -56,11 +61,28 @@ func (l *ledger) update(ctx context.Context, js jetstream.JetStream, applied fun
 		l.stream = nil
 		return fmt.Errorf("control: read %s: %w", l.subj.Control(), err)
 	}
+	anew := last.Sequence == l.read && !last.Time.Equal(l.readAt) // another message at the same sequence
 	if last.Sequence < l.read {
-		// The stream was made anew: its sequences start again.
-		l.log.Warn("the control stream starts again; reading its policy states from the first", "stream", l.subj.StreamControl(), "last_seq", last.Sequence, "read_seq", l.read)
-		l.read, l.epoch = 0, 0
+		// Direct gets may be answered by a replica that is behind: only the
+		// stream's own information (the leader's) says it was made anew.
+		info, err := l.stream.Info(ctx)
+		if err != nil {
+			l.stream = nil
+			return fmt.Errorf("control: stream %s: %w", l.subj.StreamControl(), err)
+		}
+		if info.State.LastSeq >= l.read {
+			return nil // a replica behind; the next read sees the rest
+		}
+		anew = true
 	}
+	if anew {
+		l.log.Warn("the control stream starts again; its policy states are read from the first, whatever their versions",
+			"stream", l.subj.StreamControl(), "last_seq", last.Sequence, "read_seq", l.read)
+		l.read, l.epoch, l.seq = 0, 0, 0
+		l.readAt, l.takenAt = time.Time{}, time.Time{}
+		l.state = messages.PolicyState{V: messages.Version}
+	}
+	took := false
 	// The states between the last read and the last stored, normally none.
 	for l.read+1 < last.Sequence {
 		m, err := l.stream.GetMsg(ctx, l.read+1, jetstream.WithGetMsgSubject(l.subj.Control()))
@@ -71,33 +93,56 @@ func (l *ledger) update(ctx context.Context, js jetstream.JetStream, applied fun
 		if m.Sequence >= last.Sequence {
 			break
 		}
-		l.take(m, applied)
+		took = l.take(ctx, m) || took
 	}
 	if last.Sequence > l.read {
-		l.take(last, applied)
+		took = l.take(ctx, last) || took
+	}
+	// Several states read at once (a worker's start, a reconnect) end in
+	// the last one taken: only that one is applied.
+	if took && applied != nil {
+		applied(l.seq, l.state)
 	}
 	return nil
 }
 
-// take reads one stored state and applies it unless its version is lower
-// than the applied state's.
-func (l *ledger) take(m *jetstream.RawStreamMsg, applied func(seq uint64, st messages.PolicyState)) {
-	l.read = m.Sequence
+// take reads one stored state and takes it unless its version is lower
+// than the taken state's while that state is still stored: versions never
+// decrease within the stream's history, and a purged history (the operator
+// resetting the fleet's policy) no longer holds them back.
+func (l *ledger) take(ctx context.Context, m *jetstream.RawStreamMsg) bool {
+	l.read, l.readAt = m.Sequence, m.Time
 	st, err := messages.Decode[messages.PolicyState](m.Data)
 	if err != nil {
 		l.log.Warn("malformed policy state stored; skipped", "seq", m.Sequence, "err", err)
-		return
+		return false
 	}
 	l.epoch = max(l.epoch, st.Epoch)
 	if st.Version < l.state.Version {
-		l.log.Warn("policy state refused: its version is lower than the one applied, and versions never decrease",
-			"seq", m.Sequence, "epoch", st.Epoch, "policy_version", st.Version, "applied_version", l.state.Version, "applied_seq", l.seq)
-		return
+		if !l.purged(ctx) {
+			l.log.Warn("policy state refused: its version is lower than the one applied, and versions never decrease",
+				"seq", m.Sequence, "epoch", st.Epoch, "policy_version", st.Version, "applied_version", l.state.Version, "applied_seq", l.seq)
+			return false
+		}
+		l.log.Warn("the applied policy state is no longer stored (the control stream was purged): taking the stored state, whatever its version",
+			"seq", m.Sequence, "policy_version", st.Version, "applied_version", l.state.Version, "applied_seq", l.seq)
 	}
-	l.state, l.seq = *st, m.Sequence
-	if applied != nil {
-		applied(m.Sequence, *st)
+	l.state, l.seq, l.takenAt = *st, m.Sequence, m.Time
+	return true
+}
+
+// purged reports whether the taken state is gone from the stream (purged,
+// the stream made anew, or pushed out by ControlHistory later states). An
+// error, or a replica behind (which still holds it), counts as not gone.
+func (l *ledger) purged(ctx context.Context) bool {
+	if l.seq == 0 {
+		return false
 	}
+	m, err := l.stream.GetMsg(ctx, l.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true
+	}
+	return err == nil && !m.Time.Equal(l.takenAt)
 }
 
 // storedAt reports whether the first state stored after sequence seq is

@@ -354,3 +354,61 @@ func sample(t *testing.T, fs []follower) func() [][]messages.PolicyState {
 		return seen
 	}
 }
+
+// TestResetControlStream: an operator who purges the control stream, or
+// deletes and makes it anew, resets the fleet's policy: the next stored
+// state is applied by every worker and read by every client whatever its
+// version, where a lower version would be refused while the higher one is
+// still stored.
+func TestResetControlStream(t *testing.T) {
+	for _, reset := range []string{"purge", "recreate"} {
+		t.Run(reset, func(t *testing.T) {
+			js, fs, connect := storeFleet(t, 3)
+			ctx := t.Context()
+			subj := messages.NewSubjects("")
+			c, err := control.NewClient(connect("trainer"), subj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := c.Resume(ctx, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, err = c.Pause(ctx, ""); err != nil {
+				t.Fatal(err)
+			}
+			onState(t, fs, st)
+			switch reset {
+			case "purge":
+				s, err := js.Stream(ctx, subj.StreamControl())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Purge(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case "recreate":
+				if err := js.DeleteStream(ctx, subj.StreamControl()); err != nil {
+					t.Fatal(err)
+				}
+				if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fresh, err := control.NewClient(connect("next-trainer"), subj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next, err := fresh.Resume(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			onState(t, fs, next)
+			for name, cl := range map[string]*control.Client{"the first client": c, "a fresh client": fresh} {
+				if got, err := cl.State(ctx); err != nil || got != next {
+					t.Errorf("%s reads %+v (%v), want %+v", name, got, err, next)
+				}
+			}
+		})
+	}
+}
