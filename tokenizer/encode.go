@@ -115,11 +115,12 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 	buf := t.bpe.pool.Get().(*wordBuf)
 	defer t.bpe.pool.Put(buf)
 	for _, s := range sections {
-		if s.id >= 0 {
+		switch {
+		case s.id >= 0:
 			out = append(out, s.id)
-			continue
+		case s.text != "": // stripping may have emptied it; a Prepend must not see it
+			out = t.encodeSection(s.text, buf, out)
 		}
-		out = t.encodeSection(s.text, buf, out)
 	}
 	if addSpecial {
 		out = append(out, t.suffix...)

@@ -140,6 +140,20 @@ func TestIgnoreMerges(t *testing.T) {
 	}
 }
 
+// TestStrippedEmpty: a section an rstrip token empties is not normalized, so
+// a Prepend normalizer adds nothing there, as in the reference.
+func TestStrippedEmpty(t *testing.T) {
+	tok := tinyJSON()
+	tok["normalizer"] = map[string]any{"type": "Prepend", "prepend": "▁"}
+	tk, err := Load(writeDir(t, tok, tinyConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tk.Encode("a <x> ", false), []int32{260, 257, 262}; !slices.Equal(got, want) {
+		t.Errorf("Encode = %v, want %v", got, want)
+	}
+}
+
 // TestConcurrentEncode encodes from several goroutines at once, filling the
 // shared word cache and reusing buffers, and expects what another tokenizer
 // gets alone.
