@@ -195,6 +195,16 @@ type wordBuf struct {
 	heap  []cand
 }
 
+// pooledNodes bounds the buffers kept for reuse: a long word (a Gemma text
+// without spaces is one) gets a buffer of its own that goes with it.
+const pooledNodes = 1 << 14
+
+func (m *bpe) release(buf *wordBuf) {
+	if cap(buf.nodes) <= pooledNodes && cap(buf.heap) <= pooledNodes {
+		m.pool.Put(buf)
+	}
+}
+
 // encodeWord appends the ids of one pre-token, given as its initial nodes in
 // buf.nodes, merging the lowest-ranked pair first and of equal ranks the
 // leftmost, as the reference does.

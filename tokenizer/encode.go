@@ -113,7 +113,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 		}
 	}
 	buf := t.bpe.pool.Get().(*wordBuf)
-	defer t.bpe.pool.Put(buf)
+	defer t.bpe.release(buf)
 	for _, s := range sections {
 		switch {
 		case s.id >= 0:
