@@ -90,8 +90,8 @@ func parseBPE(raw json.RawMessage) (*bpe, error) {
 	if mj.Vocab == nil {
 		return nil, fmt.Errorf("%w: BPE model without a vocab", ErrInvalid)
 	}
-	// The reference ignores these options; they stay unsupported rather than
-	// being implemented without anything to check them against.
+	// None of the served models uses these, so there is nothing to hold an
+	// implementation to; they stay unsupported.
 	if (mj.ContinuingSubwordPrefix != nil && *mj.ContinuingSubwordPrefix != "") ||
 		(mj.EndOfWordSuffix != nil && *mj.EndOfWordSuffix != "") || (mj.Dropout != nil && *mj.Dropout != 0) {
 		return nil, fmt.Errorf("%w: BPE with a subword prefix, word suffix or dropout", ErrUnsupported)

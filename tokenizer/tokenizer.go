@@ -67,7 +67,7 @@ type Tokenizer struct {
 	normal   normalizer        // nil when there is none
 	pre      []preTokenizer    // applied in order, each to every piece of the previous
 	byteMap  bool              // pieces are mapped byte by byte before BPE (ByteLevel)
-	bpe      *bpe              //
+	bpe      *bpe              // the model
 	prefix   []int32           // post-processor tokens before the text when addSpecial
 	suffix   []int32           // and after it
 	config   map[string]any    // tokenizer_config.json as read
