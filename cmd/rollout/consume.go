@@ -26,7 +26,7 @@ type consumeCmd struct {
 	Durable string        `default:"trainer" help:"Durable consumer name: readers sharing it share the records."`
 	Out     string        `help:"Write each record as a JSON line to this file ('-' for stdout); default: discard."`
 	Every   time.Duration `default:"10s" help:"Print the count read so far this often (0: never)."`
-	Drain   bool          `default:"true" negatable:"" help:"With --kind groups: also take the same runs' trajectories off their stream unread (each group holds its trajectories), as consumer DURABLE-trajectories; --no-drain when another reader takes them."`
+	Drain   bool          `help:"With --kind groups: also take the same runs' trajectories off their stream unread (each group holds its trajectories), as consumer DURABLE-trajectories, deleted when consume stops; only where no other reader takes them (a work queue refuses a second consumer of the same records)."`
 	cmdutil.Fleet
 }
 
@@ -46,7 +46,7 @@ func (c *consumeCmd) Run() error {
 	}
 	defer nc.Close()
 	m.WatchNATS(nc, js, subj)
-	cons, decode, err := c.reader(ctx, js, subj, c.Kind, c.Durable)
+	cons, decode, err := c.reader(ctx, js, subj, c.Kind, c.Durable, 0)
 	if err != nil {
 		return err
 	}
@@ -54,10 +54,21 @@ func (c *consumeCmd) Run() error {
 	if c.Kind == "groups" && c.Drain {
 		// A group holds its trajectories: left on their stream unread, they
 		// would wait there until their max age.
-		tcons, _, err := c.reader(ctx, js, subj, "trajectories", c.Durable+"-trajectories")
+		tname := c.Durable + "-trajectories"
+		tcons, _, err := c.reader(ctx, js, subj, "trajectories", tname, time.Minute)
 		if err != nil {
-			return fmt.Errorf("%w (another reader takes these trajectories? then --no-drain)", err)
+			return fmt.Errorf("%w (another reader takes these trajectories? then no --drain)", err)
 		}
+		// Deleted when consume stops, so that it never keeps a later reader
+		// of these trajectories out (one that outlives a killed consume is
+		// removed by its inactive threshold).
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := js.DeleteConsumer(dctx, subj.StreamTrajectories(), tname); err != nil {
+				log.Warn("delete the trajectories consumer", "consumer", tname, "err", err)
+			}
+		}()
 		dctx, cancel := context.WithCancel(ctx)
 		drained := make(chan struct{})
 		go func() {
@@ -86,7 +97,7 @@ func (c *consumeCmd) Run() error {
 
 // reader makes (or takes up again) the durable consumer of kind's records,
 // of one run's with --run, and returns it with the records' decoder.
-func (c *consumeCmd) reader(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, kind, durable string) (jetstream.Consumer, func([]byte) (any, error), error) {
+func (c *consumeCmd) reader(ctx context.Context, js jetstream.JetStream, subj messages.Subjects, kind, durable string, inactive time.Duration) (jetstream.Consumer, func([]byte) (any, error), error) {
 	stream, filter := subj.StreamGroups(), subj.GroupsAll()
 	decode := func(b []byte) (any, error) { return messages.Decode[messages.Group](b) }
 	switch kind {
@@ -104,6 +115,7 @@ func (c *consumeCmd) reader(ctx context.Context, js jetstream.JetStream, subj me
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024,
+		InactiveThreshold: inactive,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("consumer %s on %s: %w", durable, stream, err)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/bus/bustest"
 	"github.com/rollfleet/rollfleet/messages"
@@ -98,9 +100,10 @@ func startConsume(t *testing.T, ctx context.Context, bin string, args ...string)
 	return p
 }
 
-// TestConsumeGroupsDrainsTrajectories: a reader of one run's groups takes
-// that run's trajectories off their stream too (a group holds them), and
-// leaves another run's where they are.
+// TestConsumeGroupsDrainsTrajectories: a reader of one run's groups with
+// --drain takes that run's trajectories off their stream too (a group holds
+// them), leaves another run's where they are, and deletes its trajectories
+// consumer when it stops.
 func TestConsumeGroupsDrainsTrajectories(t *testing.T) {
 	bin := rolloutBin(t)
 	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir()})
@@ -133,7 +136,7 @@ func TestConsumeGroupsDrainsTrajectories(t *testing.T) {
 		}
 	}
 	out := filepath.Join(t.TempDir(), "groups.jsonl")
-	p := startConsume(t, ctx, bin, "--nats", s.ClientURL(), "--run", "r1", "--out", out, "--every", "0")
+	p := startConsume(t, ctx, bin, "--nats", s.ClientURL(), "--run", "r1", "--drain", "--out", out, "--every", "0")
 	left := func(stream string) uint64 {
 		st, err := js.Stream(ctx, stream)
 		if err != nil {
@@ -150,5 +153,11 @@ func TestConsumeGroupsDrainsTrajectories(t *testing.T) {
 	p.stop(t)
 	if data, err := os.ReadFile(out); err != nil || strings.Count(string(data), "\n") != 1 {
 		t.Errorf("%s: %d lines (%v), want the one group", out, strings.Count(string(data), "\n"), err)
+	}
+	// Its trajectories consumer went with it: a later reader of them is let in.
+	if _, err := js.CreateOrUpdateConsumer(ctx, subj.StreamTrajectories(), jetstream.ConsumerConfig{
+		Durable: "later", FilterSubject: subj.TrajectoriesOfRun("r1"), AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Errorf("a later reader of r1's trajectories: %v", err)
 	}
 }
