@@ -37,6 +37,9 @@ type model struct {
 	// down makes /health and /v1/completions answer 503, as a vLLM server
 	// that is starting or overloaded does.
 	down atomic.Bool
+	// flap makes every other /health answer 503, as a loaded vLLM server's
+	// stalled checks do.
+	flap atomic.Bool
 	// fault, when set, answers /v1/completions instead of the model.
 	fault http.HandlerFunc
 	// hold, when set, makes each completion announce itself on entered
@@ -74,8 +77,8 @@ func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 	case "/tokenize":
 		m.tokenizes.Add(1)
 	case "/health":
-		m.health.Add(1)
-		if m.down.Load() {
+		n := m.health.Add(1)
+		if m.down.Load() || m.flap.Load() && n%2 == 0 {
 			unavailable(w)
 			return
 		}

@@ -264,6 +264,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	enqueue := func(m *nats.Msg) {
+		select {
+		case <-quit:
+			// A service endpoint's late callback: the pool is stopping, and
+			// must not gain a handler while it is waited for.
+			w.refuse(m)
+			return
+		default:
+		}
 		j := job{m: m, at: time.Now()}
 		if m.Subject == w.opts.Subjects.Tokenize() {
 			// Decoded once, here: a cache hit is answered at once, and a miss
@@ -731,29 +739,44 @@ func errorCode(err error) string {
 	}
 }
 
+// healthFailures is how many health checks in a row must fail before a
+// healthy endpoint is marked down: a loaded vLLM can be slow to answer one.
+const healthFailures = 2
+
+// healthTimeout bounds one health check, at least: a loaded vLLM's /health
+// can stall for seconds while its API event loop is busy.
+const healthTimeout = 5 * time.Second
+
 // healthLoop probes e's /health every HealthInterval, healthy or not: a
-// server that dies is marked down before a request finds it dead (the
-// router then sends it nothing while another is healthy, and readiness
-// follows), and one marked down comes back once it answers.
+// server that dies is marked down (after healthFailures failed checks in a
+// row) before a request finds it dead (the router then sends it nothing
+// while another is healthy, and readiness follows), and one marked down
+// comes back once it answers.
 func (w *Worker) healthLoop(ctx context.Context, e *endpoint) {
 	t := time.NewTicker(w.opts.HealthInterval)
 	defer t.Stop()
+	failed := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		hctx, cancel := context.WithTimeout(ctx, w.opts.HealthInterval)
+		hctx, cancel := context.WithTimeout(ctx, max(w.opts.HealthInterval, healthTimeout))
 		err := e.client.Health(hctx)
 		cancel()
+		if err != nil {
+			failed++
+		} else {
+			failed = 0
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err == nil && !e.healthy.Swap(true):
 			w.log.Info("model endpoint healthy again", "endpoint", e.url)
-		case err != nil && e.healthy.Swap(false):
-			w.log.Warn("model endpoint marked down: its health check failed", "endpoint", e.url, "err", err)
+		case err != nil && failed >= healthFailures && e.healthy.Swap(false):
+			w.log.Warn("model endpoint marked down: its health checks failed", "endpoint", e.url, "failed_checks", failed, "err", err)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -511,6 +512,22 @@ func TestHealthLoopRestoresServer(t *testing.T) {
 	bustest.CheckFor(t, waitTimeout, time.Millisecond, healthy(true))
 	if rep := f.generate(t, generateRequest(id, 3)); rep.Error != "" || rep.Endpoint != flaky.url {
 		t.Fatalf("reply from %s: %q, want the sticky server back", rep.Endpoint, rep.Error)
+	}
+}
+
+// TestHealthCheckFailingOnceKeepsServer: a server whose health checks
+// fail one at a time, never twice in a row, stays in use: one slow check of
+// a loaded server does not take it out of routing.
+func TestHealthCheckFailingOnceKeepsServer(t *testing.T) {
+	f := newFixture(t)
+	flaky := newModel(t, toyllm.Options{}, func(m *model) { m.flap.Store(true) })
+	w := f.start(t, Options{HealthInterval: 5 * time.Millisecond}, flaky)
+	start := flaky.health.Load()
+	for flaky.health.Load() < start+20 {
+		if !w.Endpoints()[0].Healthy {
+			t.Fatalf("marked down after %d checks, every other one failing", flaky.health.Load()-start)
+		}
+		runtime.Gosched()
 	}
 }
 
