@@ -710,8 +710,9 @@ func (c *Collector) record(ctx context.Context, id, run string, p *partial) erro
 // alone, which a trainer and a gateway know, would let a record published
 // first under it in the same stream (the gateway's own run's) have the real
 // one dropped as a duplicate, and would hold back the outcome of an episode
-// id used again by a later run.
-func outcomeMsgID(id, run string) string { return messages.TrajectoryMsgID(id) + "/" + run }
+// id used again by a later run. The episode's own run (runID) scopes it
+// too: a malformed message decides for malformedRun, which has no nonce.
+func outcomeMsgID(runID, id, run string) string { return messages.EpisodeMsgID(runID, id) + "/" + run }
 
 // store publishes the outcome of episode id, decided for run, and feeds
 // its group. The caller then acknowledges the step that decided it and
@@ -726,10 +727,10 @@ func (c *Collector) store(ctx context.Context, id, run string, p *partial) error
 	}
 	kind, err := kindTrajectory, error(nil)
 	if out.traj != nil {
-		err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.RunID, out.traj.Env), out.encoded, outcomeMsgID(id, run))
+		err = c.publishRaw(ctx, c.opts.Subjects.Trajectories(out.traj.RunID, out.traj.Env), out.encoded, outcomeMsgID(out.traj.RunID, id, run))
 	} else {
 		kind = kindFailure
-		err = c.publish(ctx, c.opts.Subjects.Failures(out.failure.RunID, out.failure.Kind), out.failure, outcomeMsgID(id, run))
+		err = c.publish(ctx, c.opts.Subjects.Failures(out.failure.RunID, out.failure.Kind), out.failure, outcomeMsgID(out.failure.RunID, id, run))
 	}
 	if err != nil {
 		c.full.refused(kind, err, time.Second)
@@ -861,7 +862,7 @@ func (c *Collector) claim(ctx context.Context, runID, id, run, kind string) (won
 		messages.DecisionHeader: []string{kind}, messages.DecisionRunHeader: []string{run},
 	}}
 	err = bus.Retry(ctx, func(ctx context.Context) error {
-		_, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id+"/"+run), jetstream.WithExpectLastSequencePerSubject(0))
+		_, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(outcomeMsgID(runID, id, run)), jetstream.WithExpectLastSequencePerSubject(0))
 		return err
 	})
 	var apiErr *jetstream.APIError

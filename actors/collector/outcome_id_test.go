@@ -39,7 +39,10 @@ func TestForgedOutcomeIDs(t *testing.T) {
 			f := newFixture(t, bus.ServerOptions{})
 			f.start(t, Options{})
 			steps, want := threeTurns()
-			for _, id := range []string{want.EpisodeID, want.RunID + "/" + want.EpisodeID, want.EpisodeID + "/" + malformedRun} {
+			for _, id := range []string{
+				want.EpisodeID, want.RunID + "/" + want.EpisodeID, want.EpisodeID + "/" + malformedRun,
+				messages.EpisodeMsgID(want.RunID, want.EpisodeID), outcomeMsgID(want.RunID, want.EpisodeID, malformedRun),
+			} {
 				msg := &nats.Msg{Subject: tc.forged(f.subj), Data: []byte("forged"), Header: nats.Header{}}
 				msg.Header.Set(jetstream.MsgIDHeader, id)
 				if _, err := f.js.PublishMsg(context.Background(), msg); err != nil {
