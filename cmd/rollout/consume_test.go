@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/bus"
@@ -25,14 +26,7 @@ import (
 // while it reads.
 func TestConsumeServesMetrics(t *testing.T) {
 	bin := rolloutBin(t)
-	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir()})
-	js := bustest.JetStream(t, s, "producer")
-	subj := messages.NewSubjects("")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	s, js, subj, ctx := consumeServer(t)
 	failure, err := os.ReadFile("../../clients/python/tests/fixtures/failure.msgpack")
 	if err != nil {
 		t.Fatal(err)
@@ -106,14 +100,7 @@ func startConsume(t *testing.T, ctx context.Context, bin string, args ...string)
 // consumer when it stops.
 func TestConsumeGroupsDrainsTrajectories(t *testing.T) {
 	bin := rolloutBin(t)
-	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir()})
-	js := bustest.JetStream(t, s, "producer")
-	subj := messages.NewSubjects("")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	s, js, subj, ctx := consumeServer(t)
 	fixture := func(name string) []byte {
 		data, err := os.ReadFile("../../clients/python/tests/fixtures/" + name)
 		if err != nil {
@@ -160,4 +147,20 @@ func TestConsumeGroupsDrainsTrajectories(t *testing.T) {
 	}); err != nil {
 		t.Errorf("a later reader of r1's trajectories: %v", err)
 	}
+}
+
+// consumeServer starts a listening server with rollfleet's streams and
+// returns it, a producer's JetStream context, the subjects and a context
+// that ends with the test (a minute at most).
+func consumeServer(t *testing.T) (*server.Server, jetstream.JetStream, messages.Subjects, context.Context) {
+	t.Helper()
+	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir()})
+	js := bustest.JetStream(t, s, "producer")
+	subj := messages.NewSubjects("")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if err := bus.EnsureStreams(ctx, js, subj, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return s, js, subj, ctx
 }
