@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,33 +55,27 @@ const (
 	typeServer         = "server_error"
 )
 
-// failures are the client's words for the failures that are not its request's fault: the
-// detail (addresses, subjects, the model server's own words) goes to the log only.
-var failures = []struct {
+// knownErrors are the statuses of the errors the gateway names, and the client's words for
+// them. A session error's message is err's own (the client's words: the session id it gave);
+// a failure that is not the request's fault has fixed words, and its detail (addresses,
+// subjects, the model server's own words) goes to the log only.
+var knownErrors = []struct {
 	err     error
 	status  int
-	message string
+	message string // empty: err's own
 }{
+	{ErrSessionNotFound, http.StatusNotFound, ""},
+	{ErrSessionFinished, http.StatusConflict, ""},
+	{ErrSessionBusy, http.StatusConflict, ""},
+	{ErrSessionAmbiguous, http.StatusConflict, ""},
+	{ErrTooManySessions, http.StatusTooManyRequests, ""},
+	{ErrSessionTooLong, http.StatusBadRequest, ""},
 	{ErrNoWorker, http.StatusServiceUnavailable, "the model server is unavailable: no LLM worker answered"},
 	{ErrUnavailable, http.StatusServiceUnavailable, "the model server is unavailable"},
 	{ErrTimeout, http.StatusGatewayTimeout, "the model server did not answer in time"},
 	{ErrRefused, http.StatusBadGateway, "the LLM worker refused the request"},
 	{ErrBadReply, http.StatusBadGateway, "the model server's answer could not be read"},
 	{ErrNotStored, http.StatusServiceUnavailable, "the session's records could not be stored; the session stays open: try again"},
-}
-
-// sessionErrors are the statuses of the session errors; their messages are the client's own
-// words (the session id it gave).
-var sessionErrors = []struct {
-	err    error
-	status int
-}{
-	{ErrSessionNotFound, http.StatusNotFound},
-	{ErrSessionFinished, http.StatusConflict},
-	{ErrSessionBusy, http.StatusConflict},
-	{ErrSessionAmbiguous, http.StatusConflict},
-	{ErrTooManySessions, http.StatusTooManyRequests},
-	{ErrSessionTooLong, http.StatusBadRequest},
 }
 
 // answer is what the client is told of err: the status and the error object. A request error
@@ -97,15 +92,9 @@ func answer(err error) (int, errorInfo) {
 	case errors.As(err, &ae):
 		status, message = ae.Status, ae.Error()
 	default:
-		for _, f := range failures {
-			if errors.Is(err, f.err) {
-				status, message = f.status, f.message
-				break
-			}
-		}
-		for _, s := range sessionErrors {
-			if errors.Is(err, s.err) {
-				status, message = s.status, err.Error()
+		for _, k := range knownErrors {
+			if errors.Is(err, k.err) {
+				status, message = k.status, cmp.Or(k.message, err.Error())
 				break
 			}
 		}
