@@ -336,14 +336,15 @@ func (r *reader) drainTrajectories(ctx context.Context) error {
 				continue
 			}
 			// The record's message id is not its episode id (it names the
-			// run the outcome came from): the episode is read from it.
-			t, err := messages.Decode[messages.Trajectory](m.Data())
-			if err != nil {
+			// run the outcome came from): the episode is read from the
+			// record, without decoding its tokens.
+			id := messages.PeekStrings(m.Data(), "id")["id"]
+			if id == "" {
 				_ = m.Term()
-				r.c.log.Warn("undecodable trajectory record dropped", "batch", r.batch, "err", err)
+				r.c.log.Warn("trajectory record without an episode id dropped", "batch", r.batch)
 				continue
 			}
-			if err := bus.Publish(ctx, r.c.js, r.c.subj.BatchProgress(r.batch, markTrajectory, t.EpisodeID), nil, ""); err != nil {
+			if err := bus.Publish(ctx, r.c.js, r.c.subj.BatchProgress(r.batch, markTrajectory, id), nil, ""); err != nil {
 				_ = m.Nak()
 				failed = fmt.Errorf("trainer: mark progress of batch %s: %w", r.batch, err)
 				continue
