@@ -55,14 +55,20 @@ const (
 	ContentTypeMsgpack = "application/msgpack"
 )
 
+// msgpackContentType is the Content-Type header's value, one slice for
+// every message.
+var msgpackContentType = []string{ContentTypeMsgpack}
+
 // TracedMsg is a message with a msgpack body (data; a Content-Type header
 // says so), carrying traceparent (a W3C trace context, as
 // messages.Traceparent writes it) as a header too unless it is empty. A
 // message without a body (a progress mark) has no Content-Type.
 func TracedMsg(subject string, data []byte, traceparent string) *nats.Msg {
+	// The header map is the message's own (a message id is added to it);
+	// the value, never written, is shared.
 	m := &nats.Msg{Subject: subject, Data: data}
 	if len(data) > 0 {
-		m.Header = nats.Header{HeaderContentType: []string{ContentTypeMsgpack}}
+		m.Header = nats.Header{HeaderContentType: msgpackContentType}
 	}
 	if traceparent != "" {
 		if m.Header == nil {
