@@ -2,6 +2,7 @@ package messages
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -64,10 +65,8 @@ func PeekStrings(data []byte, keys ...string) map[string]string {
 		}
 		start := s.off
 		if v, isStr := s.str(); isStr {
-			for _, want := range keys {
-				if k == want {
-					out[k] = v
-				}
+			if slices.Contains(keys, k) {
+				out[k] = v
 			}
 			continue
 		}
