@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -523,12 +522,15 @@ func TestHealthCheckFailingOnceKeepsServer(t *testing.T) {
 	flaky := newModel(t, toyllm.Options{}, func(m *model) { m.flap.Store(true) })
 	w := f.start(t, Options{HealthInterval: 5 * time.Millisecond}, flaky)
 	start := flaky.health.Load()
-	for flaky.health.Load() < start+20 {
+	bustest.CheckFor(t, waitTimeout, time.Millisecond, func() error {
 		if !w.Endpoints()[0].Healthy {
 			t.Fatalf("marked down after %d checks, every other one failing", flaky.health.Load()-start)
 		}
-		runtime.Gosched()
-	}
+		if n := flaky.health.Load() - start; n < 20 {
+			return fmt.Errorf("%d health checks so far, want 20", n)
+		}
+		return nil
+	})
 }
 
 func TestMalformedRequests(t *testing.T) {
