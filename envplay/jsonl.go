@@ -55,11 +55,13 @@ func JSONL(r io.Reader, w io.Writer, env envs.Env, obs string, info envs.Info) e
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), MaxLine)
-	var bad []int
+	nbad, firstBad := 0, 0
 	for line := 1; sc.Scan(); line++ {
 		var action string
 		if err := json.Unmarshal(sc.Bytes(), &action); err != nil {
-			bad = append(bad, line)
+			if nbad++; nbad == 1 {
+				firstBad = line
+			}
 			if err := enc.Encode(ErrorLine{Error: fmt.Sprintf("line %d: want one JSON string (the action): %v", line, err)}); err != nil {
 				return fmt.Errorf("envplay: write: %w", err)
 			}
@@ -77,8 +79,8 @@ func JSONL(r io.Reader, w io.Writer, env envs.Env, obs string, info envs.Info) e
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("envplay: read: %w", err)
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%w: %d (first: line %d)", ErrBadLines, len(bad), bad[0])
+	if nbad > 0 {
+		return fmt.Errorf("%w: %d (first: line %d)", ErrBadLines, nbad, firstBad)
 	}
 	return nil
 }

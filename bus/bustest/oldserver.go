@@ -40,6 +40,9 @@ func RunOldServer(t testing.TB) (url, version string) {
 		t.Fatalf("%s --version: %v\n%s", bin, err, out)
 	}
 	version = strings.TrimPrefix(strings.TrimSpace(strings.TrimPrefix(string(out), "nats-server:")), "v")
+	if version == "" {
+		t.Fatalf("%s --version printed no version: %q", bin, out)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
