@@ -274,21 +274,36 @@ func permanent(err error) bool { return isAuthError(err) || isTLSError(err) }
 // redactURLs masks the passwords in a comma-separated list of URLs, for
 // logs and error messages.
 func redactURLs(urls string) string {
+	return rewriteUserinfo(urls, func(pu *url.URL) string {
+		if _, ok := pu.User.Password(); ok {
+			return pu.Redacted()
+		}
+		// A user part without a password is a token.
+		pu.User = url.User("xxxxx")
+		return pu.String()
+	})
+}
+
+// StripUserinfo drops the user and password (or token) from each of a
+// comma-separated list of NATS URLs: for what is written down, such as a
+// run's manifest, which is no place for secrets.
+func StripUserinfo(urls string) string {
+	return rewriteUserinfo(urls, func(pu *url.URL) string {
+		pu.User = nil
+		return pu.String()
+	})
+}
+
+// rewriteUserinfo replaces each URL of a comma-separated list that has a
+// user part by what rewrite makes of it.
+func rewriteUserinfo(urls string, rewrite func(*url.URL) string) string {
 	if !strings.Contains(urls, "@") {
 		return urls
 	}
 	parts := strings.Split(urls, ",")
 	for i, u := range parts {
-		pu, err := url.Parse(strings.TrimSpace(u))
-		if err != nil || pu.User == nil {
-			continue
-		}
-		if _, ok := pu.User.Password(); ok {
-			parts[i] = pu.Redacted()
-		} else {
-			// A user part without a password is a token.
-			pu.User = url.User("xxxxx")
-			parts[i] = pu.String()
+		if pu, err := url.Parse(strings.TrimSpace(u)); err == nil && pu.User != nil {
+			parts[i] = rewrite(pu)
 		}
 	}
 	return strings.Join(parts, ",")

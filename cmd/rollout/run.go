@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/cmd/internal/cmdutil"
 	"github.com/rollfleet/rollfleet/fleet"
 	"github.com/rollfleet/rollfleet/jobs"
@@ -252,7 +252,7 @@ func (c *runCmd) manifest(opts *fleet.Options) (fleet.Manifest, error) {
 		ApplyChatTemplate: c.ApplyChatTemplate, NSamples: c.NSamples, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: *opts.Seed, FailuresOut: c.FailuresOut, GroupsOut: c.GroupsOut,
 		PromptOverflow: c.PromptOverflow, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict,
-		NATS: withoutUserinfo(c.NATS), SubmitOnly: c.SubmitOnly,
+		NATS: bus.StripUserinfo(c.NATS), SubmitOnly: c.SubmitOnly,
 	}
 	if opts.Filter != nil {
 		m.Filter = []float64{opts.Filter.Low, opts.Filter.High}
@@ -268,27 +268,11 @@ func (c *runCmd) manifest(opts *fleet.Options) (fleet.Manifest, error) {
 	return m, nil
 }
 
-// withoutUserinfo drops the user and password from each of a comma-separated
-// list of NATS URLs: the manifest is no place for secrets.
-func withoutUserinfo(urls string) string {
-	if urls == "" {
-		return ""
-	}
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			u.User = nil
-			parts[i] = u.String()
-		}
-	}
-	return strings.Join(parts, ",")
-}
-
 // resumeHint is the command that continues run, as the user can paste it:
 // --resume takes the rest from the manifest, but not credentials.
 func (c *runCmd) resumeHint(run string) string {
 	hint := "rollout run --resume " + run + " --out " + shellQuote(c.Out)
-	if withoutUserinfo(c.NATS) != c.NATS {
+	if bus.StripUserinfo(c.NATS) != c.NATS {
 		hint += " --nats URL (with the credentials it had)"
 	}
 	if c.ConnectOptions().Method() != "" {
