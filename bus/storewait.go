@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rollfleet/rollfleet/internal/lograte"
 )
 
 // JetStream API error codes of a store that takes no writes (nats-server's
@@ -55,15 +57,14 @@ const (
 // for what a process must make at start, such as its consumer.
 func RetryStore(ctx context.Context, log *slog.Logger, what string, op func(ctx context.Context) error) error {
 	backoff := retryFirstBackoff
-	var logged time.Time
+	logs := lograte.Every{Interval: storeWaitLogEvery}
 	for {
 		err := Retry(ctx, op)
 		if !StoreUnwritable(err) {
 			return err
 		}
-		if time.Since(logged) >= storeWaitLogEvery {
+		if ok, _ := logs.Allow(time.Now()); ok {
 			log.Warn("waiting for the NATS store to take writes", "to", what, "err", err)
-			logged = time.Now()
 		}
 		t := time.NewTimer(backoff)
 		select {
