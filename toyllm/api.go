@@ -76,6 +76,9 @@ type completionRequest struct {
 	Prompt    promptInput `json:"prompt"`
 	MaxTokens *int        `json:"max_tokens"`
 	Logprobs  *int        `json:"logprobs"`
+	// AddSpecialTokens adds a real tokenizer's BOS to a text prompt;
+	// default true, as vLLM.
+	AddSpecialTokens *bool `json:"add_special_tokens"`
 }
 
 // chatRequest is the body of POST /v1/chat/completions.
@@ -96,9 +99,16 @@ type chatTemplateFields struct {
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
 	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
 	ContinueFinalMessage bool            `json:"continue_final_message"`
+	// Documents are retrieval documents for a real model's template; the
+	// byte vocabulary's template has no use for them.
+	Documents json.RawMessage `json:"documents"`
+	// AddSpecialTokens adds a real tokenizer's BOS to the text (the byte
+	// vocabulary has none): by default, as in vLLM, not to rendered
+	// messages, which the template starts, but to a /tokenize prompt.
+	AddSpecialTokens *bool `json:"add_special_tokens"`
 }
 
-// render renders the messages with the chat template.
+// render renders the messages with the byte vocabulary's chat template.
 func (f *chatTemplateFields) render() (string, error) {
 	return renderChat(chatInput{
 		msgs: f.Messages, tools: f.Tools, kwargs: f.ChatTemplateKwargs,
@@ -134,6 +144,8 @@ type promptInput struct {
 	text   string
 	isText bool
 	set    bool
+	// vocab is the vocabulary's size, which bounds the ids.
+	vocab int
 }
 
 // UnmarshalJSON parses the prompt: a string, a list of token ids, or null
@@ -185,14 +197,14 @@ func (p *promptInput) parseIDs(b []byte) error {
 			return errors.New("prompt: invalid number in the list of token ids")
 		}
 		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-			if v < VocabSize {
+			if v < p.vocab {
 				v = v*10 + int(b[i]-'0')
 			}
 		}
 		if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
 			return errors.New("prompt token ids must be integers")
 		}
-		if v >= VocabSize || (b[start] == '-' && v != 0) {
+		if v >= p.vocab || (b[start] == '-' && v != 0) {
 			return fmt.Errorf("Token id %s is out of vocabulary", b[start:i])
 		}
 		ids = append(ids, int32(v))

@@ -26,13 +26,42 @@ type genParams struct {
 	includeStop bool
 	// topN is the number of most likely tokens to report per position.
 	topN int
+	// model is the real tokenizer of the tokenizer mode; nil for the byte
+	// vocabulary.
+	model *ModelTokenizer
 }
 
 // isStopID reports whether tok ends generation as a stop token. Like a Qwen
 // model's generation config, the toy model's lists <|im_end|> besides the
-// end-of-sequence token; ignore_eos turns both off.
+// end-of-sequence token (a real model's, its own: see
+// ModelTokenizer.stopIDs); ignore_eos turns both off.
 func (gp *genParams) isStopID(tok int32) bool {
-	return (tok == ImEndID && !gp.ignoreEOS) || slices.Contains(gp.stopIDs, tok)
+	if !gp.ignoreEOS && ((gp.model == nil && tok == ImEndID) || (gp.model != nil && gp.model.isStopID(tok))) {
+		return true
+	}
+	return slices.Contains(gp.stopIDs, tok)
+}
+
+// eosID is the vocabulary's end-of-sequence token, or -1 when it has none.
+func (gp *genParams) eosID() int32 {
+	if gp.model != nil {
+		return gp.model.eos
+	}
+	return EndOfTextID
+}
+
+// stepTokens maps the members of a step's levels to token ids, in the byte
+// vocabulary or a real one.
+type stepTokens struct {
+	planned int32
+	model   *ModelTokenizer // nil: the byte vocabulary
+}
+
+func (s stepTokens) token(g tokenGroup, m int) int32 {
+	if s.model == nil {
+		return stepToken(s.planned, g, m)
+	}
+	return s.model.stepToken(s.planned, g, m)
 }
 
 // alt is one entry of a position's most likely tokens.
@@ -105,7 +134,12 @@ func (st *genState) oversized() bool {
 // is part of the output ids, but its text is left out of the output text
 // unless includeStop is set.
 func generate(st *genState, gp *genParams, pol *policy) {
-	st.text = appendDecode(st.text[:0], st.prompt, false)
+	mt := gp.model
+	if mt == nil {
+		st.text = appendDecode(st.text[:0], st.prompt, false)
+	} else {
+		st.text = mt.appendPromptView(st.text[:0], st.prompt)
+	}
 	game := readGame(st.text)
 
 	seed := gp.seed
@@ -130,34 +164,49 @@ func generate(st *genState, gp *genParams, pol *policy) {
 	if bytes.HasSuffix(st.text, thinkingStart) {
 		st.planText = appendReasoning(nil, st.text, st.planText)
 	}
+	end, table := ImEndID, &pol.table
 	st.plan = st.plan[:0]
-	for _, b := range st.planText {
-		st.plan = append(st.plan, int32(b))
+	if mt == nil {
+		for _, b := range st.planText {
+			st.plan = append(st.plan, int32(b))
+		}
+	} else {
+		st.plan = mt.appendPlan(st.plan, st.planText)
+		end = mt.endOfTurn
+		t := mt.policyTable(pol.skill)
+		table = &t
 	}
-	st.plan = append(st.plan, ImEndID)
+	st.plan = append(st.plan, end)
 
 	// The normalisers depend on the request's sampling settings, so they
-	// are computed once per request from the policy's precomputed levels.
+	// are computed once per request from the policy's levels.
 	var dists [len(pol.table)]dist
-	for i := range pol.table {
-		dists[i] = newDist(pol.table[i].get(), &gp.sampling)
+	for i := range table {
+		dists[i] = newDist(table[i].get(), &gp.sampling)
 	}
+	eos := gp.eosID()
 
 	st.ids, st.logp, st.tops, st.offsets, st.out = st.ids[:0], st.logp[:0], st.tops[:0], st.offsets[:0], st.out[:0]
 	st.finish, st.stopKind, st.stopID, st.stopMatch = "", stopNone, 0, ""
 	for step := 0; ; step++ {
-		planned := ImEndID
+		planned := end
 		if step < len(st.plan) {
 			planned = st.plan[step]
 		}
-		nSlips := shapes[planned].nSlips
-		d, sl := &dists[nSlips], &pol.table[nSlips]
+		var kind int
+		if mt == nil {
+			kind = shapes[planned].nSlips
+		} else {
+			kind = mt.stepKind(planned)
+		}
+		d, sl := &dists[kind], &table[kind]
 		lvl, m := d.sample(&gp.sampling, &tokRNG)
-		tok := stepToken(planned, sl.groups[lvl], m)
+		steps := stepTokens{planned, mt}
+		tok := steps.token(sl.groups[lvl], m)
 		st.ids = append(st.ids, tok)
 		st.logp = append(st.logp, float64(float32(d.logp[lvl])))
 		if gp.topN > 0 {
-			st.tops = appendTop(st.tops, d, sl, planned, gp.topN)
+			st.tops = appendTop(st.tops, d, sl, steps, gp.topN)
 		}
 		st.offsets = append(st.offsets, int32(len(st.out)))
 
@@ -165,7 +214,7 @@ func generate(st *genState, gp *genParams, pol *policy) {
 		switch {
 		case len(st.ids) >= gp.maxTokens:
 			finished, st.finish = true, "length"
-		case tok == EndOfTextID && !gp.ignoreEOS:
+		case tok == eos && !gp.ignoreEOS:
 			finished, stopTerminated, st.finish = true, true, "stop"
 		case gp.isStopID(tok):
 			finished, stopTerminated, st.finish = true, true, "stop"
@@ -173,7 +222,11 @@ func generate(st *genState, gp *genParams, pol *policy) {
 		}
 		if !stopTerminated || gp.includeStop {
 			before := len(st.out)
-			st.out = appendTokenText(st.out, tok, gp.skipSpecial)
+			if mt == nil {
+				st.out = appendTokenText(st.out, tok, gp.skipSpecial)
+			} else {
+				st.out = mt.appendTokenText(st.out, tok, gp.skipSpecial)
+			}
 			if !stopTerminated && len(st.out) > before {
 				if s, cut, ok := findStop(st.out, len(st.out)-before, gp.stop, gp.includeStop); ok {
 					st.out = st.out[:cut]
@@ -191,10 +244,10 @@ func generate(st *genState, gp *genParams, pol *policy) {
 // appendTop appends the n most likely tokens of a step, most likely first
 // and ties in id order; tokens removed by the filters come last with logp
 // -Inf.
-func appendTop(dst []alt, d *dist, sl *stepLevels, planned int32, n int) []alt {
+func appendTop(dst []alt, d *dist, sl *stepLevels, steps stepTokens, n int) []alt {
 	for lvl := 0; lvl < d.n && n > 0; lvl++ {
 		for m := 0; m < d.count[lvl] && n > 0; m++ {
-			dst = append(dst, alt{stepToken(planned, sl.groups[lvl], m), float64(float32(d.logp[lvl]))})
+			dst = append(dst, alt{steps.token(sl.groups[lvl], m), float64(float32(d.logp[lvl]))})
 			n--
 		}
 	}

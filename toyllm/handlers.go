@@ -87,6 +87,7 @@ type responseOptions struct {
 	asIDs    bool // token strings as "token_id:<id>"
 	tokenIDs bool // include token_ids and prompt_token_ids
 	topN     int
+	model    *ModelTokenizer // nil: the byte vocabulary
 }
 
 // serveGeneration answers a generation request: gen validates it and
@@ -145,7 +146,7 @@ func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState
 	}
 	body := st.body.Bytes()
 	var req completionRequest
-	req.Prompt.ids = st.prompt[:0]
+	req.Prompt.ids, req.Prompt.vocab = st.prompt[:0], s.vocabSize()
 	if start, end, ok := findPromptList(body); ok {
 		if err := req.Prompt.parseIDs(body[start:end]); err != nil {
 			return responseOptions{}, vllmapi.BadRequest("%w", err)
@@ -167,6 +168,8 @@ func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState
 	switch {
 	case !req.Prompt.set:
 		return responseOptions{}, vllmapi.BadRequest("prompt is required")
+	case req.Prompt.isText && s.model != nil:
+		st.prompt = append(req.Prompt.ids, s.model.tok.Encode(req.Prompt.text, req.AddSpecialTokens == nil || *req.AddSpecialTokens)...)
 	case req.Prompt.isText:
 		st.prompt = appendEncode(req.Prompt.ids, req.Prompt.text)
 	default:
@@ -182,7 +185,8 @@ func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState
 	if err := checkMaxTokens(gp.maxTokens, len(st.prompt), s.opts.MaxModelLen); err != nil {
 		return responseOptions{}, err
 	}
-	ro := responseOptions{asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs}
+	gp.model = s.model
+	ro := responseOptions{asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs, model: s.model}
 	if req.Logprobs != nil {
 		if err := checkLogprobCount(*req.Logprobs); err != nil {
 			return responseOptions{}, err
@@ -207,11 +211,9 @@ func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genS
 	if err != nil {
 		return responseOptions{}, err
 	}
-	text, err := req.render()
-	if err != nil {
+	if st.prompt, err = s.encodeChat(st.prompt[:0], &req.chatTemplateFields); err != nil {
 		return responseOptions{}, err
 	}
-	st.prompt = appendEncode(st.prompt[:0], text)
 	maxLen := s.opts.MaxModelLen
 	switch {
 	case req.MaxCompletionTokens != nil:
@@ -228,7 +230,8 @@ func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genS
 	if err := checkMaxTokens(gp.maxTokens, len(st.prompt), maxLen); err != nil {
 		return responseOptions{}, err
 	}
-	ro := responseOptions{logprobs: req.Logprobs, asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs}
+	gp.model = s.model
+	ro := responseOptions{logprobs: req.Logprobs, asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs, model: s.model}
 	if req.TopLogprobs != nil {
 		if !req.Logprobs && *req.TopLogprobs > 0 {
 			return responseOptions{}, vllmapi.BadRequest("when using `top_logprobs`, `logprobs` must be set to true.")
@@ -252,30 +255,53 @@ func (s *Server) tokenize(r *http.Request, w http.ResponseWriter, st *genState) 
 	if err := s.readRequest(w, r, st, &req, &req.Model); err != nil {
 		return tokenizeResponse{}, err
 	}
-	var text string
+	var ids []int32
 	switch {
 	case req.Prompt != nil && req.Messages != nil:
 		return tokenizeResponse{}, vllmapi.BadRequest("give either prompt or messages, not both")
+	case req.Prompt != nil && s.model != nil:
+		ids = s.model.tok.Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	case req.Prompt != nil:
-		text = *req.Prompt
+		ids = Tokenizer{}.Encode(*req.Prompt)
 	case req.Messages != nil:
 		var err error
-		text, err = req.render()
-		if err != nil {
+		if ids, err = s.encodeChat(nil, &req.chatTemplateFields); err != nil {
 			return tokenizeResponse{}, err
 		}
 	default:
 		return tokenizeResponse{}, vllmapi.BadRequest("prompt or messages is required")
 	}
-	ids := Tokenizer{}.Encode(text)
 	resp := tokenizeResponse{Count: len(ids), MaxModelLen: s.opts.MaxModelLen, Tokens: ids}
 	if req.ReturnTokenStrs {
 		resp.TokenStrs = make([]string, len(ids))
 		for i, id := range ids {
-			resp.TokenStrs[i] = tokenStrings[id]
+			if s.model != nil {
+				// As vLLM: the vocabulary's token strings, such as "Ġthe".
+				resp.TokenStrs[i], _ = s.model.tok.Token(id)
+			} else {
+				resp.TokenStrs[i] = tokenStrings[id]
+			}
 		}
 	}
 	return resp, nil
+}
+
+// encodeChat appends to dst the tokens of a conversation rendered by the
+// chat template: the byte vocabulary's, or the real model's, encoded
+// without its BOS unless add_special_tokens asks for it, as vLLM does.
+func (s *Server) encodeChat(dst []int32, f *chatTemplateFields) ([]int32, error) {
+	if s.model == nil {
+		text, err := f.render()
+		if err != nil {
+			return nil, err
+		}
+		return appendEncode(dst, text), nil
+	}
+	text, err := s.model.render(f)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, s.model.tok.Encode(text, f.AddSpecialTokens != nil && *f.AddSpecialTokens)...), nil
 }
 
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
@@ -289,11 +315,22 @@ func (s *Server) detokenize(r *http.Request, w http.ResponseWriter, st *genState
 		return detokenizeResponse{}, err
 	}
 	for _, id := range req.Tokens {
-		if !inVocab(id) {
+		if id < 0 || int(id) >= s.vocabSize() {
 			return detokenizeResponse{}, vllmapi.BadRequest("Token id %d is out of vocabulary", id)
 		}
 	}
+	if s.model != nil {
+		return detokenizeResponse{Prompt: s.model.tok.Decode(req.Tokens, false)}, nil
+	}
 	return detokenizeResponse{Prompt: Tokenizer{}.Decode(req.Tokens)}, nil
+}
+
+// vocabSize is the number of token ids of the served vocabulary.
+func (s *Server) vocabSize() int {
+	if s.model != nil {
+		return s.model.tok.VocabSize()
+	}
+	return VocabSize
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
@@ -413,12 +450,23 @@ func appendUsage(b []byte, st *genState) []byte {
 	return append(b, `,"prompt_tokens_details":null}`...)
 }
 
-// tokenKey returns a token's JSON string as logprobs show it.
-func tokenKey(id int32, asIDs bool) string {
-	if asIDs {
-		return tokenIDJSON[id]
+// appendTokenKey appends a token's JSON string as logprobs show it.
+func appendTokenKey(b []byte, id int32, ro responseOptions) []byte {
+	switch {
+	case ro.model != nil:
+		return ro.model.appendTokenKey(b, id, ro.asIDs)
+	case ro.asIDs:
+		return append(b, tokenIDJSON[id]...)
 	}
-	return tokenJSON[id]
+	return append(b, tokenJSON[id]...)
+}
+
+// appendTokenBytes appends a token's bytes as a JSON array.
+func appendTokenBytes(b []byte, id int32, ro responseOptions) []byte {
+	if ro.model != nil {
+		return ro.model.appendTokenBytes(b, id)
+	}
+	return append(b, tokenBytesJSON[id]...)
 }
 
 // appendCompletion appends the /v1/completions response for st.
@@ -459,7 +507,7 @@ func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, tokenKey(id, ro.asIDs)...)
+		b = appendTokenKey(b, id, ro)
 	}
 	b = append(b, `],"top_logprobs":[`...)
 	for i, id := range st.ids {
@@ -467,7 +515,7 @@ func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte
 			b = append(b, ',')
 		}
 		b = append(b, '{')
-		b = append(b, tokenKey(id, ro.asIDs)...)
+		b = appendTokenKey(b, id, ro)
 		b = append(b, ':')
 		b = lpf.append(b, st.logp[i])
 		for _, a := range st.tops[i*ro.topN : (i+1)*ro.topN] {
@@ -475,7 +523,7 @@ func appendCompletionLogprobs(b []byte, st *genState, ro responseOptions) []byte
 				continue
 			}
 			b = append(b, ',')
-			b = append(b, tokenKey(a.id, ro.asIDs)...)
+			b = appendTokenKey(b, a.id, ro)
 			b = append(b, ':')
 			b = lpf.append(b, a.logp)
 		}
@@ -509,11 +557,11 @@ func appendChatLogprobs(b []byte, st *genState, ro responseOptions) []byte {
 	var lpf logprobFormatter
 	entry := func(b []byte, id int32, lp float64) []byte {
 		b = append(b, `{"token":`...)
-		b = append(b, tokenKey(id, ro.asIDs)...)
+		b = appendTokenKey(b, id, ro)
 		b = append(b, `,"logprob":`...)
 		b = lpf.append(b, lp)
 		b = append(b, `,"bytes":`...)
-		return append(b, tokenBytesJSON[id]...)
+		return appendTokenBytes(b, id, ro)
 	}
 	b = append(b, `{"content":[`...)
 	for i, id := range st.ids {

@@ -112,37 +112,47 @@ type stepLevels struct {
 // nothing.
 func (sl *stepLevels) get() []level { return sl.levels[:sl.n] }
 
-// policyTable is the policy's step levels for one skill, by number of slips
-// of the planned token. It is computed once per weight update, so that a
-// generation only looks it up.
+// policyTable is the policy's step levels for one skill: for the byte
+// vocabulary by number of slips of the planned token, computed once per
+// weight update so that a generation only looks it up; in the tokenizer
+// mode by step kind (see ModelTokenizer.policyTable).
 type policyTable [3]stepLevels
 
-// newPolicyTable builds the step levels for skill (> 0). The planned level
-// is above the slips for skill > slipLogit, below them for a smaller skill,
-// and merged with them at slipLogit, since newDist needs distinct logits.
+// newPolicyTable builds the step levels of the byte vocabulary for skill
+// (> 0), by number of slips of the planned token.
 func newPolicyTable(skill float64) policyTable {
 	var t policyTable
 	for nSlips := range len(t) {
-		sl := &t[nSlips]
-		add := func(logit float64, count int, g tokenGroup) {
-			sl.levels[sl.n], sl.groups[sl.n] = level{logit, count}, g
-			sl.n++
-		}
-		switch {
-		case nSlips == 0:
-			add(skill, 1, groupPlanned)
-		case skill > slipLogit:
-			add(skill, 1, groupPlanned)
-			add(slipLogit, nSlips, groupSlips)
-		case skill == slipLogit:
-			add(skill, 1+nSlips, groupPlannedSlips)
-		default:
-			add(slipLogit, nSlips, groupSlips)
-			add(skill, 1, groupPlanned)
-		}
-		add(0, VocabSize-1-nSlips, groupRest)
+		t[nSlips] = newStepLevels(skill, nSlips, 0, VocabSize-1-nSlips)
 	}
 	return t
+}
+
+// newStepLevels builds the levels of a step whose planned token has logit
+// skill (> 0), its nSlips slips slipLogit and restCount other tokens
+// restLogit, below both. The planned level is above the slips for skill >
+// slipLogit, below them for a smaller skill, and merged with them at
+// slipLogit, since newDist needs distinct logits.
+func newStepLevels(skill float64, nSlips int, restLogit float64, restCount int) stepLevels {
+	var sl stepLevels
+	add := func(logit float64, count int, g tokenGroup) {
+		sl.levels[sl.n], sl.groups[sl.n] = level{logit, count}, g
+		sl.n++
+	}
+	switch {
+	case nSlips == 0:
+		add(skill, 1, groupPlanned)
+	case skill > slipLogit:
+		add(skill, 1, groupPlanned)
+		add(slipLogit, nSlips, groupSlips)
+	case skill == slipLogit:
+		add(skill, 1+nSlips, groupPlannedSlips)
+	default:
+		add(slipLogit, nSlips, groupSlips)
+		add(skill, 1, groupPlanned)
+	}
+	add(restLogit, restCount, groupRest)
+	return sl
 }
 
 // stepToken returns the token of member m of a level of group g in the step

@@ -59,11 +59,16 @@ type Options struct {
 	WeightVersion string
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Tokenizer, when set, makes the server speak a real model's
+	// vocabulary and chat template instead of the byte-level toy
+	// vocabulary (see LoadModelTokenizer and the package doc).
+	Tokenizer *ModelTokenizer
 }
 
 // Server is the stand-in model server. It is safe for concurrent use.
 type Server struct {
 	opts    Options
+	model   *ModelTokenizer // Options.Tokenizer
 	log     *slog.Logger
 	handler http.Handler
 	maxBody int64
@@ -107,8 +112,9 @@ func New(opts Options) *Server {
 		opts.WeightVersion = DefaultWeightVersion
 	}
 	s := &Server{
-		opts: opts,
-		log:  opts.Logger,
+		opts:  opts,
+		model: opts.Tokenizer,
+		log:   opts.Logger,
 		// Room for a prompt of the whole context as token ids or escaped
 		// text, plus the rest of the request.
 		maxBody:   1<<20 + 16*int64(opts.MaxModelLen),
@@ -144,7 +150,8 @@ func New(opts Options) *Server {
 // Handler returns the HTTP handler serving vLLM's API.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Tokenizer returns the served model's tokenizer.
+// Tokenizer returns the byte-level tokenizer of the default mode (a server
+// given Options.Tokenizer speaks that one instead).
 func (s *Server) Tokenizer() Tokenizer { return Tokenizer{} }
 
 // ListenAndServe serves on addr until ctx is cancelled, then shuts down
