@@ -22,6 +22,8 @@ type toyllmCmd struct {
 	MaxConcurrent int           `help:"Cap on concurrently generating sequences (0 = none)."`
 	Skill         float64       `help:"Starting policy's logit for the planned token, in (0, 30]; higher makes fewer slips (0 = the default, 14). POST /update_weights changes it."`
 	WeightVersion string        `help:"Starting weight version reported by GET /weight_info (default \"default\")."`
+	Tokenizer     string        `type:"existingdir" placeholder:"DIR" help:"Speak a real model's vocabulary and chat template: a model directory with tokenizer.json and tokenizer_config.json (default: the byte-level toy vocabulary)."`
+	ChatTemplate  string        `type:"existingfile" placeholder:"FILE" help:"Chat template (Jinja) for --tokenizer, in place of the tokenizer's own, as vLLM's --chat-template."`
 	LogLevel      string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	LogFormat     string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 }
@@ -31,10 +33,21 @@ func (c *toyllmCmd) options() (toyllm.Options, error) {
 	if c.Skill < 0 || c.Skill > toyllm.MaxSkill || math.IsNaN(c.Skill) {
 		return toyllm.Options{}, fmt.Errorf("--skill %g: must be in (0, %g], or 0 for the default", c.Skill, toyllm.MaxSkill)
 	}
-	return toyllm.Options{
+	opts := toyllm.Options{
 		Model: c.Model, MaxModelLen: c.MaxModelLen, TokenLatency: c.Latency, MaxConcurrent: c.MaxConcurrent,
 		Skill: c.Skill, WeightVersion: c.WeightVersion,
-	}, nil
+	}
+	switch {
+	case c.Tokenizer != "":
+		mt, err := toyllm.LoadModelTokenizer(c.Tokenizer, c.ChatTemplate)
+		if err != nil {
+			return toyllm.Options{}, fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
+		}
+		opts.Tokenizer = mt
+	case c.ChatTemplate != "":
+		return toyllm.Options{}, fmt.Errorf("--chat-template needs --tokenizer: the toy vocabulary has its own template")
+	}
+	return opts, nil
 }
 
 func (c *toyllmCmd) Run() error {

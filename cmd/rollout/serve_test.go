@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/rollfleet/rollfleet/bus"
+	"github.com/rollfleet/rollfleet/internal/tokenizertest"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
 
@@ -189,6 +191,55 @@ func TestToyllmSkillFlags(t *testing.T) {
 		ts.Close()
 		if err != nil || info.WeightVersion != tc.wantVersion {
 			t.Errorf("%v: weight_info %+v, %v; want %q", tc.args, info, err, tc.wantVersion)
+		}
+	}
+}
+
+// TestToyllmTokenizerFlag checks that --tokenizer gives the stand-in a real
+// model's vocabulary, and that a directory without a tokenizer, or a
+// --chat-template without --tokenizer, is refused before serving.
+func TestToyllmTokenizerFlag(t *testing.T) {
+	qwen := tokenizertest.Dir(t, "qwen3")
+	template := filepath.Join(t.TempDir(), "chat.jinja")
+	if err := os.WriteFile(template, []byte("{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+		want    []int32 // the tokens of "<|im_start|>user" on /tokenize
+	}{
+		{name: "toy vocabulary", want: toyllm.Tokenizer{}.Encode("<|im_start|>user")},
+		{name: "qwen3", args: []string{"--tokenizer", qwen}, want: []int32{151644, 872}},
+		{name: "qwen3 with a template", args: []string{"--tokenizer", qwen, "--chat-template", template}, want: []int32{151644, 872}},
+		{name: "no tokenizer", args: []string{"--tokenizer", t.TempDir()}, wantErr: "tokenizer.json"},
+		{name: "template alone", args: []string{"--chat-template", template}, wantErr: "--chat-template needs --tokenizer"},
+	} {
+		opts, err := parseToyllm(t, tc.args...).options()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		opts.Logger = slog.New(slog.DiscardHandler)
+		ts := httptest.NewServer(toyllm.New(opts).Handler())
+		resp, err := http.Post(ts.URL+"/tokenize", "application/json", strings.NewReader(`{"prompt": "<|im_start|>user"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Tokens []int32 `json:"tokens"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		ts.Close()
+		if err != nil || !slices.Equal(r.Tokens, tc.want) {
+			t.Errorf("%s: tokens %v, %v; want %v", tc.name, r.Tokens, err, tc.want)
 		}
 	}
 }
