@@ -1,11 +1,13 @@
-// Package chat renders conversations with the ChatML chat template used by
-// Qwen models and builds the per-turn feedback text that multi-turn RL
-// appends after each model action.
+// Package chat holds rollfleet's own ChatML rendering and the texts of GEM's
+// observation styles.
 //
-// The feedback text follows OpenRLHF's GEM multi-turn example, with one
-// deliberate difference: a turn is always closed with the canonical
-// "<|im_end|>\n" boundary, so the token sequence of a trajectory matches what
-// the chat template would render for the same conversation.
+// A chat-style episode is rendered by the model's own chat template on the
+// model server; ChatML is used only when a request names it
+// (messages.TemplateChatML), for a server that cannot render. Its feedback
+// text follows OpenRLHF's GEM multi-turn example, with one deliberate
+// difference: every message is closed with the canonical "<|im_end|>\n", so
+// the token sequence of a trajectory is exactly what a ChatML template
+// (Qwen's) renders for the same conversation.
 package chat
 
 import "strings"
@@ -58,20 +60,9 @@ func Render(msgs []Message, addGenerationPrompt bool) string {
 	return b.String()
 }
 
-// Feedback returns the text appended to the token sequence after a model
-// action in a multi-turn ChatML conversation.
-//
-// It first closes the action's turn: "\n" when the action already ends with
-// "<|im_end|>", otherwise "<|im_end|>\n". It then adds the environment's
-// observation as a user turn:
-//
-//   - not done: "<|im_start|>user\n" + obs + "\n" + suffix +
-//     "<|im_end|>\n<|im_start|>assistant\n", so the model can answer at once
-//     (with an empty suffix the "\n" + suffix part is left out);
-//   - done: "<|im_start|>user\n" + obs + "<|im_end|>", which ends the
-//     trajectory.
-//
-// A typical suffix is `Enter your next guess within \boxed{}.`.
+// Feedback returns the ChatML text appended to the token sequence after a
+// model action in a multi-turn conversation: Turn of the feedback content,
+// without its leading "<|im_end|>" when the action already ends with it.
 func Feedback(action, obs, suffix string, done bool) string {
 	return FeedbackClosed(strings.HasSuffix(action, ImEnd), obs, suffix, done)
 }
@@ -80,26 +71,39 @@ func Feedback(action, obs, suffix string, done bool) string {
 // tokens ended with the end-of-turn token. vLLM leaves a stop token's text
 // out of the completion text, so the text alone cannot tell.
 func FeedbackClosed(closed bool, obs, suffix string, done bool) string {
-	closing := ImEnd + "\n"
+	t := Turn(FeedbackContent(obs, suffix, done), done)
 	if closed {
-		closing = "\n"
+		return t[len(ImEnd):]
 	}
+	return t
+}
+
+// FeedbackContent is the content of the user message that answers a model
+// action: the env's observation and, while the episode goes on, its call to
+// action on a line of its own (a typical suffix is `Enter your next guess
+// within \boxed{}.`). Once done, the observation alone ends the
+// conversation.
+func FeedbackContent(obs, suffix string, done bool) string {
+	if done || suffix == "" {
+		return obs
+	}
+	return obs + "\n" + suffix
+}
+
+// Turn is what the ChatML template renders after an assistant turn's
+// content when a user message with content follows: "<|im_end|>\n", the user
+// message "<|im_start|>user\n" + content + "<|im_end|>\n", and, unless the
+// conversation ends there, the generation prompt "<|im_start|>assistant\n".
+func Turn(content string, done bool) string {
 	var b strings.Builder
-	b.Grow(len(closing) + len(ImStart) + len("user\n") + len(obs) + 1 + len(suffix) + len(ImEnd) + 1 + len(generationPrompt))
-	b.WriteString(closing)
-	b.WriteString(ImStart)
-	b.WriteString("user\n")
-	b.WriteString(obs)
-	if done {
-		b.WriteString(ImEnd)
-		return b.String()
-	}
-	if suffix != "" {
-		b.WriteByte('\n')
-		b.WriteString(suffix)
-	}
+	b.Grow(2*len(ImEnd) + len(ImStart) + len("\nuser\n") + len(content) + 1 + len(generationPrompt))
+	b.WriteString(ImEnd)
+	b.WriteString("\n" + ImStart + "user\n")
+	b.WriteString(content)
 	b.WriteString(ImEnd)
 	b.WriteByte('\n')
-	b.WriteString(generationPrompt)
+	if !done {
+		b.WriteString(generationPrompt)
+	}
 	return b.String()
 }

@@ -74,14 +74,14 @@ func TestFeedback(t *testing.T) {
 			obs:    "Congratulations! You guessed the correct number 13 in 3 turns.",
 			suffix: openRLHFSuffix,
 			done:   true,
-			want:   "<|im_end|>\n<|im_start|>user\nCongratulations! You guessed the correct number 13 in 3 turns.<|im_end|>",
+			want:   "<|im_end|>\n<|im_start|>user\nCongratulations! You guessed the correct number 13 in 3 turns.<|im_end|>\n",
 		},
 		{
 			name:   "done, action ending with im_end",
 			action: "no box<|im_end|>",
 			obs:    "At turn 1, you did not provide a valid guess.",
 			done:   true,
-			want:   "\n<|im_start|>user\nAt turn 1, you did not provide a valid guess.<|im_end|>",
+			want:   "\n<|im_start|>user\nAt turn 1, you did not provide a valid guess.<|im_end|>\n",
 		},
 		{
 			name:   "not done, empty suffix",
@@ -95,7 +95,7 @@ func TestFeedback(t *testing.T) {
 			action: "a<|im_end|>b",
 			obs:    "o",
 			done:   true,
-			want:   "<|im_end|>\n<|im_start|>user\no<|im_end|>",
+			want:   "<|im_end|>\n<|im_start|>user\no<|im_end|>\n",
 		},
 		{
 			name: "empty action and observation",
@@ -145,8 +145,8 @@ func TestFeedbackClosed(t *testing.T) {
 			name: "open, not done", suffix: openRLHFSuffix,
 			want: "<|im_end|>\n<|im_start|>user\n" + obs + "\nEnter your next guess within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n",
 		},
-		{name: "closed, done", closed: true, done: true, want: "\n<|im_start|>user\n" + obs + "<|im_end|>"},
-		{name: "open, done", suffix: openRLHFSuffix, done: true, want: "<|im_end|>\n<|im_start|>user\n" + obs + "<|im_end|>"},
+		{name: "closed, done", closed: true, done: true, want: "\n<|im_start|>user\n" + obs + "<|im_end|>\n"},
+		{name: "open, done", suffix: openRLHFSuffix, done: true, want: "<|im_end|>\n<|im_start|>user\n" + obs + "<|im_end|>\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

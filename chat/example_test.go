@@ -20,10 +20,11 @@ func ExampleFeedback() {
 	// The model stopped on <|im_end|>, so only the newline closes its turn.
 	fmt.Printf("%q\n", chat.Feedback(`\boxed{10}<|im_end|>`,
 		"At turn 1, you guessed 10, and the target number is higher than 10.", suffix, false))
-	// The episode is over: the last user turn is closed and nothing follows.
+	// The episode is over: the last user message is closed, as the template
+	// closes every message, and no generation prompt follows.
 	fmt.Printf("%q\n", chat.Feedback(`\boxed{15}`,
 		"Congratulations! You guessed the correct number 15 in 2 turns.", suffix, true))
 	// Output:
 	// "\n<|im_start|>user\nAt turn 1, you guessed 10, and the target number is higher than 10.\nEnter your next guess within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
-	// "<|im_end|>\n<|im_start|>user\nCongratulations! You guessed the correct number 15 in 2 turns.<|im_end|>"
+	// "<|im_end|>\n<|im_start|>user\nCongratulations! You guessed the correct number 15 in 2 turns.<|im_end|>\n"
 }

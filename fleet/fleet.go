@@ -52,6 +52,12 @@ type Options struct {
 	// ApplyChatTemplate wraps dataset prompts as the first user turn of the
 	// model's chat template.
 	ApplyChatTemplate bool
+	// ChatTemplateName is empty for the model's own chat template, rendered
+	// by the model server, or messages.TemplateChatML; ChatTemplateKwargs a
+	// JSON object of extra template variables (such as
+	// {"enable_thinking": false}) for every render, or empty.
+	ChatTemplateName   string
+	ChatTemplateKwargs []byte
 	// PromptOverflow is what happens to a prompt longer than the budget
 	// (messages.PromptOverflowFail when empty, or PromptOverflowTruncateLeft).
 	PromptOverflow string
@@ -530,6 +536,7 @@ func (o *Options) jobOptions() jobs.Options {
 	return jobs.Options{
 		RunID: o.RunID, Env: o.Env, Episodes: o.Episodes, Dataset: o.Dataset, NSamples: o.NSamples,
 		ObsStyle: o.ObsStyle, ApplyChatTemplate: o.ApplyChatTemplate, PromptOverflow: o.PromptOverflow,
+		ChatTemplateName: o.ChatTemplateName, ChatTemplateKwargs: o.ChatTemplateKwargs,
 		MaxLength: o.MaxLength, MaxTokens: o.MaxTokens, MaxStaleness: o.MaxStaleness, StalePolicy: o.StalePolicy,
 		Temperature: o.Temperature, TopP: o.TopP, Seed: o.Seed,
 		MathJudge: o.MathJudge != "", MathStrict: o.MathStrict, Remote: o.Remote,

@@ -278,26 +278,29 @@ func (l *Ledger) Close(remove bool) error {
 // .<name>.<run>.run.json while the run is unfinished, so that --resume
 // makes the same episodes.
 type Manifest struct {
-	RunID             string    `json:"run_id"`
-	Env               string    `json:"env,omitempty"`
-	Episodes          int       `json:"episodes,omitempty"`
-	Dataset           string    `json:"dataset,omitempty"`
-	DatasetSHA256     string    `json:"dataset_sha256,omitempty"`
-	ObsStyle          string    `json:"obs_style,omitempty"`
-	ApplyChatTemplate bool      `json:"apply_chat_template,omitempty"`
-	NSamples          int       `json:"n_samples"`
-	MaxLength         int       `json:"max_length"`
-	MaxTokens         int       `json:"max_tokens"`
-	Temperature       float64   `json:"temperature"`
-	TopP              float64   `json:"top_p"`
-	Seed              uint64    `json:"seed"`
-	Filter            []float64 `json:"filter,omitempty"`
-	PromptOverflow    string    `json:"prompt_overflow,omitempty"`
-	FailuresOut       string    `json:"failures_out,omitempty"`
-	GroupsOut         string    `json:"groups_out,omitempty"`
-	Format            string    `json:"format,omitempty"`
-	MathJudge         string    `json:"math_judge,omitempty"`
-	MathStrict        bool      `json:"math_strict,omitempty"`
+	RunID             string `json:"run_id"`
+	Env               string `json:"env,omitempty"`
+	Episodes          int    `json:"episodes,omitempty"`
+	Dataset           string `json:"dataset,omitempty"`
+	DatasetSHA256     string `json:"dataset_sha256,omitempty"`
+	ObsStyle          string `json:"obs_style,omitempty"`
+	ApplyChatTemplate bool   `json:"apply_chat_template,omitempty"`
+	ChatTemplate      string `json:"chat_template,omitempty"`
+	// ChatTemplateKwargs is a JSON object, or empty.
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
+	NSamples           int             `json:"n_samples"`
+	MaxLength          int             `json:"max_length"`
+	MaxTokens          int             `json:"max_tokens"`
+	Temperature        float64         `json:"temperature"`
+	TopP               float64         `json:"top_p"`
+	Seed               uint64          `json:"seed"`
+	Filter             []float64       `json:"filter,omitempty"`
+	PromptOverflow     string          `json:"prompt_overflow,omitempty"`
+	FailuresOut        string          `json:"failures_out,omitempty"`
+	GroupsOut          string          `json:"groups_out,omitempty"`
+	Format             string          `json:"format,omitempty"`
+	MathJudge          string          `json:"math_judge,omitempty"`
+	MathStrict         bool            `json:"math_strict,omitempty"`
 	// How the run reached its workers, which --resume takes unless told
 	// otherwise: an external NATS (its URLs without credentials), whether
 	// a fleet did the work, and the embedded server's data dir.

@@ -46,6 +46,10 @@ type Options struct {
 	ObsStyle string
 	// ApplyChatTemplate wraps dataset prompts as the first user turn.
 	ApplyChatTemplate bool
+	// ChatTemplateName and ChatTemplateKwargs are every episode's
+	// (messages.EpisodeRequest): empty is the model's own template.
+	ChatTemplateName   string
+	ChatTemplateKwargs []byte
 	// PromptOverflow is messages.PromptOverflowFail (empty) or
 	// messages.PromptOverflowTruncateLeft.
 	PromptOverflow string
@@ -380,6 +384,7 @@ func (p *Plan) Request(idx int) (*messages.EpisodeRequest, error) {
 		GroupID: GroupID(p.runID, g), SampleIndex: int32(i), GroupSize: int32(n),
 		Env: row.Env, EnvSeed: &envSeed, Prompt: row.Prompt, ChatTemplate: opts.ApplyChatTemplate && row.Prompt != "",
 		Label: row.Label, Messages: row.Messages, ObsStyle: style, TaskIndex: task, RolloutIndex: rollout,
+		ChatTemplateName: opts.ChatTemplateName, ChatTemplateKwargs: opts.ChatTemplateKwargs,
 		Sampling: sp, MaxLength: int32(opts.MaxLength), SubmitTime: p.now, PromptOverflow: opts.PromptOverflow,
 		SubmitVersion: p.version.Load(), MaxStaleness: opts.MaxStaleness, StalePolicy: opts.StalePolicy,
 		TraceID: messages.TraceIDOf(p.runID, EpisodeID(p.runID, idx)),

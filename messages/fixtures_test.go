@@ -112,6 +112,8 @@ func fixtureChatTrajectory() *messages.Trajectory {
 		PromptTruncated: 0,
 		RolloutIndex:    9,
 		Responses:       []string{"I guess \\boxed{13}"},
+		PromptMessages:  []messages.ChatMessage{{Role: "user", Content: "Guess a number between 1 and 20."}},
+		Feedback:        []string{"Correct!"},
 		TraceID:         "4bf92f3577b34da6a3ce929d0e0e4736",
 		Timings: []messages.TurnTimings{
 			{Queue: 1_500_000, Tokenize: 210_000, Generate: 800_000_000, Model: 790_000_000, Step: 12_000, Wall: 801_900_000, Endpoint: "http://vllm-0:8000"},
@@ -186,6 +188,7 @@ func fixtureEpisodeRequest() *messages.EpisodeRequest {
 		V: messages.Version, RunID: "run-7", EpisodeID: "ep-0003", GroupID: "grp-04", SampleIndex: 2, GroupSize: 8,
 		Env: "game:GuessTheNumber-v0", EnvOptions: []byte(`{"max_turns":8}`), EnvSeed: new(uint64(0)),
 		Prompt: "Guess a number between 1 and 20.", ChatTemplate: true, Label: "7",
+		ChatTemplateName: messages.TemplateChatML, ChatTemplateKwargs: []byte(`{"enable_thinking":false}`),
 		Sampling: messages.SamplingParams{
 			Temperature: 0.7, TopP: 0.95, TopK: -1, MaxTokens: 256, Stop: []string{"</answer>"}, Seed: new(int64(-4242)),
 			MinP: 0.05, PresencePenalty: 0.5, FrequencyPenalty: -0.5, RepetitionPenalty: 1.1, MinTokens: 2,
@@ -215,6 +218,7 @@ func fixtureFirstStep() *messages.StepEvent {
 		V: messages.Version, RunID: "run-7", EpisodeID: "ep-0003", Turn: 0, Attempt: 2, Request: 12_345_678_901,
 		Run: "n0nce", Episode: req,
 		PromptTokens: messages.Tokens{151644, 872, 198}, ActionTokens: messages.Tokens{20, 21},
+		PromptMessages: []messages.ChatMessage{{Role: "user", Content: "Play."}},
 		ActionLogprobs: messages.Logprobs{-0.5, -0.25}, ActionText: `\boxed{10}`,
 		FeedbackText: "Too low.", FeedbackTokens: messages.Tokens{30},
 		Reward: -0.5, Score: 0, FinishReason: "stop",
@@ -315,7 +319,8 @@ var wireNames = map[string]string{
 	"EpisodeRequest.RunID": "run_id", "EpisodeRequest.EpisodeID": "episode_id", "EpisodeRequest.GroupID": "group_id",
 	"EpisodeRequest.SampleIndex": "sample_index", "EpisodeRequest.GroupSize": "group_size", "EpisodeRequest.Env": "env",
 	"EpisodeRequest.EnvOptions": "env_options", "EpisodeRequest.EnvSeed": "env_seed", "EpisodeRequest.Prompt": "prompt",
-	"EpisodeRequest.ChatTemplate": "chat_template", "EpisodeRequest.Label": "label", "EpisodeRequest.Sampling": "sampling",
+	"EpisodeRequest.ChatTemplate": "chat_template", "EpisodeRequest.ChatTemplateName": "chat_template_name",
+	"EpisodeRequest.ChatTemplateKwargs": "chat_template_kwargs", "EpisodeRequest.Label": "label", "EpisodeRequest.Sampling": "sampling",
 	"EpisodeRequest.MaxLength": "max_length", "EpisodeRequest.MaxTurns": "max_turns",
 	"EpisodeRequest.SubmitTime": "submit_time_ns", "EpisodeRequest.SubmitVersion": "submit_policy_version",
 	"EpisodeRequest.MaxStaleness": "max_staleness", "EpisodeRequest.StalePolicy": "stale_policy",
@@ -324,7 +329,7 @@ var wireNames = map[string]string{
 
 	"StepEvent.RunID": "run_id", "StepEvent.EpisodeID": "episode_id", "StepEvent.Turn": "turn",
 	"StepEvent.Attempt": "attempt", "StepEvent.Request": "request", "StepEvent.Run": "run", "StepEvent.Episode": "episode",
-	"StepEvent.PromptTokens": "prompt_tokens", "StepEvent.ActionTokens": "action_tokens",
+	"StepEvent.PromptTokens": "prompt_tokens", "StepEvent.PromptMessages": "prompt_messages", "StepEvent.ActionTokens": "action_tokens",
 	"StepEvent.ActionLogprobs": "action_logprobs", "StepEvent.ActionText": "action_text",
 	"StepEvent.FeedbackText": "feedback_text", "StepEvent.FeedbackTokens": "feedback_tokens",
 	"StepEvent.Reward": "reward", "StepEvent.Score": "score", "StepEvent.Done": "done", "StepEvent.Truncated": "truncated",

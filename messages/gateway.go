@@ -145,8 +145,8 @@ func (r *ChatTokenizeRequest) validate() *ValidationError {
 			return e
 		}
 	}
-	if kw := r.ChatTemplateKwargs; len(kw) > 0 && (!json.Valid(kw) || bytes.TrimLeft(kw, " \t\r\n")[0] != '{') {
-		return invalid("chat_template_kwargs", "must be empty or a JSON object, got %.64q", kw)
+	if e := checkJSONObject("chat_template_kwargs", r.ChatTemplateKwargs); e != nil {
+		return e
 	}
 	return checkJSONArray("tools", r.Tools)
 }

@@ -164,6 +164,9 @@ func (t Trajectory) MarshalJSON() ([]byte, error) {
 	if len(t.Info) > 0 {
 		w.field("info", t.Info)
 	}
+	if len(t.PromptMessages) > 0 {
+		w.field("messages", t.Conversation())
+	}
 	// NeMo Gym's result fields, so its tooling reads the same lines.
 	if r, ok := t.ExtraLogs["library_reward"]; ok {
 		w.raw("library_reward", func(b []byte) ([]byte, error) { return appendFloatLiteral(b, r) }) // 1.0, never 1, as NeMo Gym

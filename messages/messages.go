@@ -100,6 +100,13 @@ type EpisodeRequest struct {
 	EnvSeed      *uint64        `msgpack:"es,omitempty"` // seed of the env's RNG; nil = random
 	Prompt       string         `msgpack:"p,omitempty"`  // empty = the env's own instructions
 	ChatTemplate bool           `msgpack:"ct,omitempty"` // wrap Prompt as the first user turn of the chat template
+	// ChatTemplateName chooses the template of a chat-style episode: empty is the model's own,
+	// rendered by the model server; TemplateChatML is rollfleet's ChatML, for a server that
+	// cannot render (see docs/run.md).
+	ChatTemplateName string `msgpack:"ctn,omitempty"`
+	// ChatTemplateKwargs is a JSON object of extra template variables passed to every render
+	// of the episode (such as {"enable_thinking": false}), or empty.
+	ChatTemplateKwargs []byte `msgpack:"ctk,omitempty"`
 	Label        string         `msgpack:"l,omitempty"`
 	Sampling     SamplingParams `msgpack:"sp"`
 	MaxLength    int32          `msgpack:"ml"`           // whole-trajectory token budget, > 0
@@ -151,6 +158,12 @@ const (
 // PromptOverflows lists the settings of EpisodeRequest.PromptOverflow, the default first.
 var PromptOverflows = []string{PromptOverflowFail, PromptOverflowTruncateLeft}
 
+// TemplateChatML is the EpisodeRequest.ChatTemplateName of rollfleet's own ChatML template.
+const TemplateChatML = "chatml"
+
+// ChatTemplateNames lists the settings of EpisodeRequest.ChatTemplateName, the default first.
+var ChatTemplateNames = []string{"", TemplateChatML}
+
 // Observation styles of EpisodeRequest.ObsStyle.
 const (
 	// ObsChat plays the episode as one multi-turn ChatML conversation: the trajectory is one
@@ -191,9 +204,9 @@ type GenerateReply struct {
 	Logprobs     Logprobs `msgpack:"lp"`
 	Text         string   `msgpack:"tx"`
 	FinishReason string   `msgpack:"fr"`
-	// EndOfTurn is true when the last of Tokens is the chat template's
-	// end-of-turn token (<|im_end|> for ChatML): the model closed its turn.
-	// vLLM leaves a stop token's text out of Text, so Text cannot tell.
+	// EndOfTurn is true when the model ended its turn itself: the server stopped on an
+	// end-of-sequence or stop token (finish reason "stop" without a stop string), which is the
+	// last of Tokens. vLLM leaves a stop token's text out of Text, so Text cannot tell.
 	EndOfTurn bool   `msgpack:"eot,omitempty"`
 	Endpoint  string `msgpack:"ep"`
 	// PolicyVersion is the fleet's policy version (PolicyState.Version) the tokens were
@@ -233,9 +246,30 @@ type TokenizeRequest struct {
 	Messages            []ChatMessage `msgpack:"ms,omitempty"`
 	AddGenerationPrompt bool          `msgpack:"ag,omitempty"`
 	AddSpecialTokens    bool          `msgpack:"as,omitempty"`
+	// ChatTemplateKwargs, with Messages or Turn, is a JSON object of extra template variables,
+	// or empty.
+	ChatTemplateKwargs []byte `msgpack:"kw,omitempty"`
+	// Turn, when set, asks for the tokens the model's chat template puts after an assistant
+	// turn when a user message whose content is Text follows it: from the template's
+	// end-of-turn token that closes the assistant turn, through the user message, to the
+	// generation prompt (TurnNext) or to the end of the conversation (TurnFinal).
+	Turn TurnKind `msgpack:"tu,omitempty"`
 	// Deadline is as in GenerateRequest.
 	Deadline int64 `msgpack:"dl,omitempty"`
 }
+
+// TurnKind says what a TokenizeRequest's Turn asks for.
+type TurnKind uint8
+
+// Kinds of TokenizeRequest.Turn.
+const (
+	// TurnNone tokenizes Text or Messages as they are.
+	TurnNone TurnKind = iota
+	// TurnNext is a user turn the model answers: the generation prompt follows it.
+	TurnNext
+	// TurnFinal is the user turn that ends the conversation.
+	TurnFinal
+)
 
 // TokenizeReply answers a TokenizeRequest.
 type TokenizeReply struct {
@@ -267,10 +301,15 @@ type StepEvent struct {
 	Run            string             `msgpack:"ru,omitempty"`
 	Episode        *EpisodeRequest    `msgpack:"er,omitempty"` // turn 0 only: the request, so the collector needs nothing else
 	PromptTokens   Tokens             `msgpack:"pt,omitempty"` // turn 0, or every turn of a single-turn style
+	// PromptMessages are, on turn 0 of a chat-style episode, the messages its first prompt
+	// rendered; empty for a plain-text prompt.
+	PromptMessages []ChatMessage `msgpack:"pm,omitempty"`
 	ActionTokens   Tokens             `msgpack:"at"`
 	ActionLogprobs Logprobs           `msgpack:"al"`
 	ActionText     string             `msgpack:"ax"`
-	FeedbackText   string             `msgpack:"fx"`
+	// FeedbackText is the env's answer to the action: in a chat style the content of the user
+	// message FeedbackTokens render, in a single-turn style the observation.
+	FeedbackText string `msgpack:"fx"`
 	FeedbackTokens Tokens             `msgpack:"ft"`
 	Reward         float64            `msgpack:"r"`
 	Score          float64            `msgpack:"s"`
@@ -382,9 +421,32 @@ type Trajectory struct {
 	PromptTruncated int32 `msgpack:"ptc,omitempty" json:"prompt_truncated_tokens,omitempty"`
 	// TraceID is the episode's trace id (EpisodeRequest.TraceID).
 	TraceID string `msgpack:"tid,omitempty" json:"trace_id,omitempty"`
+	// PromptMessages are the chat messages the first prompt rendered (chat style), and Feedback
+	// the content of the user message the env answered each turn with ("" where it did not):
+	// with Responses they are the conversation, which JSON writes as "messages".
+	PromptMessages []ChatMessage `msgpack:"pms,omitempty" json:"prompt_messages,omitempty"`
+	Feedback       []string      `msgpack:"fb,omitempty" json:"feedback,omitempty"`
 	// Timings holds one entry per turn (per sample in a single-turn style): where its time
 	// went, and the model server that generated it. Empty when the steps carried none.
 	Timings []TurnTimings `msgpack:"tm,omitempty" json:"timings,omitempty"`
+}
+
+// Conversation is a chat-style trajectory as chat messages: its first prompt's messages, then
+// each turn's response as an assistant message followed by the env's feedback as a user
+// message (where the env answered). It is nil when the first prompt was plain text.
+func (t *Trajectory) Conversation() []ChatMessage {
+	if len(t.PromptMessages) == 0 {
+		return nil
+	}
+	out := make([]ChatMessage, 0, len(t.PromptMessages)+2*len(t.Responses))
+	out = append(out, t.PromptMessages...)
+	for i, r := range t.Responses {
+		out = append(out, ChatMessage{Role: "assistant", Content: r})
+		if i < len(t.Feedback) && t.Feedback[i] != "" {
+			out = append(out, ChatMessage{Role: "user", Content: t.Feedback[i]})
+		}
+	}
+	return out
 }
 
 // Sample is one turn of a trajectory played in a single-turn observation style: that turn's

@@ -199,6 +199,8 @@ func (r *EpisodeRequest) validate() *ValidationError {
 		checkPositive("max_length", r.MaxLength),
 		checkNonNegative("max_turns", r.MaxTurns),
 		checkObsStyle(r.ObsStyle),
+		checkOneOf("chat_template_name", r.ChatTemplateName, ChatTemplateNames),
+		checkJSONObject("chat_template_kwargs", r.ChatTemplateKwargs),
 		checkMessages(r.Messages),
 		checkNonNegative("task_index", r.TaskIndex),
 		checkNonNegative("rollout_index", r.RolloutIndex),
@@ -252,12 +254,15 @@ func checkMessages(msgs []ChatMessage) *ValidationError {
 	return nil
 }
 
-func checkEnvOptions(opts []byte) *ValidationError {
-	if len(opts) == 0 {
+func checkEnvOptions(opts []byte) *ValidationError { return checkJSONObject("env_options", opts) }
+
+// checkJSONObject checks that b is empty or a JSON object.
+func checkJSONObject(field string, b []byte) *ValidationError {
+	if len(b) == 0 {
 		return nil
 	}
-	if !json.Valid(opts) || bytes.TrimLeft(opts, " \t\r\n")[0] != '{' {
-		return invalid("env_options", "must be empty or a JSON object, got %.64q", opts)
+	if !json.Valid(b) || bytes.TrimLeft(b, " \t\r\n")[0] != '{' {
+		return invalid(field, "must be empty or a JSON object, got %.64q", b)
 	}
 	return nil
 }
@@ -335,6 +340,13 @@ func (r *TokenizeRequest) validate() *ValidationError {
 		return invalid("text", "one of text and messages is required")
 	case r.Text != "" && len(r.Messages) != 0:
 		return invalid("messages", "must be empty when text is set")
+	case r.Turn > TurnFinal:
+		return invalid("turn", "%d is not a turn kind", r.Turn)
+	case r.Turn != TurnNone && len(r.Messages) != 0:
+		return invalid("messages", "must be empty for a turn")
+	}
+	if e := checkJSONObject("chat_template_kwargs", r.ChatTemplateKwargs); e != nil {
+		return e
 	}
 	for i, m := range r.Messages {
 		if m.Role == "" {

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -77,6 +78,10 @@ type Spec struct {
 	ObsStyle string `json:"obs_style,omitempty"`
 	// ApplyChatTemplate wraps row prompts as the first user turn.
 	ApplyChatTemplate bool `json:"apply_chat_template,omitempty"`
+	// ChatTemplate is empty for the model's own chat template or "chatml";
+	// ChatTemplateKwargs a JSON object of extra template variables.
+	ChatTemplate       string          `json:"chat_template,omitempty"`
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
 	// PromptOverflow is messages.PromptOverflowFail (empty) or
 	// PromptOverflowTruncateLeft.
 	PromptOverflow string `json:"prompt_overflow,omitempty"`
@@ -318,6 +323,7 @@ func (c *Client) requests(b Batch) (*batchRequests, messages.BatchManifest, erro
 	opts := jobs.Options{
 		Env: s.Env, Episodes: s.Episodes, NSamples: max(s.N, 1), MaxLength: s.MaxLength, MaxTokens: s.Sampling.MaxTokens,
 		ObsStyle: s.ObsStyle, ApplyChatTemplate: s.ApplyChatTemplate, PromptOverflow: s.PromptOverflow,
+		ChatTemplateName: s.ChatTemplate, ChatTemplateKwargs: s.ChatTemplateKwargs,
 		Seed: s.Seed, Remote: c.opts.Remote, RunID: b.ID,
 	}
 	if t := s.Sampling.Temperature; t != nil && *t != 0 {
@@ -382,10 +388,14 @@ func (c *Client) checkSpec(s *Spec) error {
 		{"obs_style", s.ObsStyle, messages.ObsStyles},
 		{"stale_policy", s.StalePolicy, messages.StalePolicies},
 		{"prompt_overflow", s.PromptOverflow, messages.PromptOverflows},
+		{"chat_template", s.ChatTemplate, messages.ChatTemplateNames},
 	} {
 		if check.v != "" && !contains(check.allowed, check.v) {
 			return bad("%s %q is not one of %s", check.field, check.v, strings.Join(check.allowed, ", "))
 		}
+	}
+	if kw := s.ChatTemplateKwargs; len(kw) > 0 && !isJSONObject(kw) {
+		return bad("chat_template_kwargs must be a JSON object")
 	}
 	if s.Env != "" {
 		if _, err := remoteenv.Match(s.Env, c.opts.Remote); err != nil {
@@ -534,4 +544,10 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, idx [
 		}
 	}
 	return nil
+}
+
+// isJSONObject reports whether b is a JSON object.
+func isJSONObject(b []byte) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
 }

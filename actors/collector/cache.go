@@ -192,12 +192,12 @@ func (c *cache) size() (episodes int, bytes int64, evicted uint64) {
 	return len(c.byID), c.bytes, c.evicted
 }
 
-// slim drops what assembly does not use (the feedback text, the env
-// snapshot), so the cache holds tokens, numbers and the model's text (which
-// trajectories carry as their responses).
+// slim drops what assembly does not use (the env snapshot), so the cache
+// holds tokens, numbers and texts (which trajectories carry as their
+// conversation).
 func slim(ev *messages.StepEvent) *messages.StepEvent {
 	cp := *ev
-	cp.FeedbackText, cp.EnvState = "", nil
+	cp.EnvState = nil
 	return &cp
 }
 
@@ -205,7 +205,10 @@ func slim(ev *messages.StepEvent) *messages.StepEvent {
 func stepBytes(ev *messages.StepEvent) int64 {
 	const overhead = 512 // the struct, its map entries and small fields
 	n := overhead + 4*int64(len(ev.PromptTokens)+len(ev.ActionTokens)+len(ev.FeedbackTokens)+len(ev.ActionLogprobs)) +
-		int64(len(ev.Error)+len(ev.ActionText)) + 64*int64(len(ev.ExtraLogs)+len(ev.Info))
+		int64(len(ev.Error)+len(ev.ActionText)+len(ev.FeedbackText)) + 64*int64(len(ev.ExtraLogs)+len(ev.Info))
+	for _, m := range ev.PromptMessages {
+		n += 32 + int64(len(m.Role)+len(m.Content))
+	}
 	if r := ev.Episode; r != nil {
 		n += 512 + int64(len(r.Prompt)+len(r.Label)+len(r.EnvOptions)) + 4*int64(len(r.Sampling.StopTokenIDs))
 		for _, m := range r.Messages {

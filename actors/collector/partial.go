@@ -37,6 +37,10 @@ type partial struct {
 	timings     []messages.TurnTimings // one per turn
 	timed       bool                   // some step carried timings
 	texts       []string               // the model's text of each turn
+	// promptMessages and feedback make the conversation of a chat style:
+	// the first prompt's messages and the env's answer to each turn.
+	promptMessages []messages.ChatMessage
+	feedback       []string
 
 	outcome *outcome
 }
@@ -111,6 +115,7 @@ func (p *partial) apply(ev *messages.StepEvent) {
 		p.tokens = append(p.tokens[:0], ev.PromptTokens...)
 		p.logprobs = append(p.logprobs[:0], make([]float32, len(ev.PromptTokens))...)
 		p.promptCut = ev.PromptTruncated
+		p.promptMessages = ev.PromptMessages
 	}
 	if !ev.IsEndMarker() {
 		if single {
@@ -123,6 +128,7 @@ func (p *partial) apply(ev *messages.StepEvent) {
 			p.ranges = append(p.ranges, messages.Range{Start: start, End: start + int32(len(ev.ActionTokens))})
 			p.tokens = append(p.tokens, ev.FeedbackTokens...)
 			p.logprobs = append(p.logprobs, make([]float32, len(ev.FeedbackTokens))...)
+			p.feedback = append(p.feedback, ev.FeedbackText)
 		}
 		p.texts = append(p.texts, ev.ActionText)
 		p.success, p.info, p.resumed = ev.Success, ev.Info, ev.Resumed
@@ -187,6 +193,9 @@ func (p *partial) build(id string) *outcome {
 		GenerateNanos: p.genNanos,
 		ObsStyle:      style, Samples: p.samples, Success: p.success, Info: p.info, TaskIndex: req.TaskIndex, Resumed: p.resumed,
 		PromptTruncated: p.promptCut, RolloutIndex: req.RolloutIndex, Responses: p.texts, TraceID: p.trace(),
+	}
+	if len(p.promptMessages) > 0 && p.texts != nil {
+		t.PromptMessages, t.Feedback = p.promptMessages, p.feedback
 	}
 	if p.timed {
 		t.Timings = p.timings

@@ -329,6 +329,8 @@ type episode struct {
 	game   game
 	spec   envs.Spec
 	tokens []int32 // observation tokens so far (this turn's prompt in a single-turn style)
+	// promptMessages are the messages the first prompt rendered, if any.
+	promptMessages []messages.ChatMessage
 	turn   int32
 	// promptCut counts the tokens cut from the first prompt (this turn's in
 	// a single-turn style) to fit it.
@@ -448,44 +450,51 @@ func (e *episode) loop(ctx context.Context) error {
 // firstPrompt builds and tokenizes the first prompt of a chat-style episode.
 // The request's own messages or prompt win over the env's instructions,
 // except for a task env, whose instructions already hold the request's
-// prompt; an env's own first prompt is envs.Spec.FirstChat.
+// prompt; an env's own first prompt is envs.Spec.FirstChat. Messages are
+// rendered by the model's own chat template on the model server, with the
+// request's template variables, or by rollfleet's ChatML when the request
+// names it.
 func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) error {
 	req := e.req
-	treq := &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID}
+	var msgs []messages.ChatMessage
 	switch {
 	case len(req.Messages) > 0:
-		treq.Messages = req.Messages
-		treq.AddGenerationPrompt = true
+		msgs = req.Messages
 	case req.Prompt != "" && !e.spec.Task && req.ChatTemplate:
-		treq.Messages = []messages.ChatMessage{{Role: "user", Content: req.Prompt}}
-		treq.AddGenerationPrompt = true
+		msgs = []messages.ChatMessage{{Role: "user", Content: req.Prompt}}
 	case req.Prompt != "" && !e.spec.Task:
-		treq.Text = req.Prompt
 	default:
 		system, user := e.spec.FirstChat(obs, info)
 		if system != "" {
-			treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "system", Content: system})
+			msgs = append(msgs, messages.ChatMessage{Role: "system", Content: system})
 		}
-		treq.Messages = append(treq.Messages, messages.ChatMessage{Role: "user", Content: user})
-		treq.AddGenerationPrompt = true
+		msgs = append(msgs, messages.ChatMessage{Role: "user", Content: user})
+	}
+	treq := &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: req.Prompt}
+	var t *templated
+	if len(msgs) > 0 {
+		t = &templated{render: func(content []string) *messages.TokenizeRequest {
+			ms := make([]messages.ChatMessage, len(msgs))
+			for i, m := range msgs {
+				ms[i] = messages.ChatMessage{Role: m.Role, Content: content[i]}
+			}
+			r := &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID}
+			if req.ChatTemplateName == messages.TemplateChatML {
+				r.Text = chat.Render(chatML(ms), true)
+			} else {
+				r.Messages, r.AddGenerationPrompt, r.ChatTemplateKwargs = ms, true, req.ChatTemplateKwargs
+			}
+			return r
+		}}
+		for _, m := range msgs {
+			t.content = append(t.content, m.Content)
+		}
+		treq = t.render(t.content)
+		e.promptMessages = msgs
 	}
 	toks, err := e.tokenize(ctx, treq, true)
 	if err != nil {
 		return err
-	}
-	var t *templated
-	if len(treq.Messages) > 0 {
-		t = &templated{render: func(content []string) *messages.TokenizeRequest {
-			r := *treq
-			r.Messages = make([]messages.ChatMessage, len(treq.Messages))
-			for i, m := range treq.Messages {
-				r.Messages[i] = messages.ChatMessage{Role: m.Role, Content: content[i]}
-			}
-			return &r
-		}}
-		for _, m := range treq.Messages {
-			t.content = append(t.content, m.Content)
-		}
 	}
 	toks, e.promptCut, err = e.fitPrompt(ctx, toks, t)
 	if err != nil {
@@ -495,6 +504,45 @@ func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) e
 	e.tokens = make([]int32, len(toks), len(toks)+512)
 	copy(e.tokens, toks)
 	return nil
+}
+
+// chatML converts messages for chat.Render.
+func chatML(ms []messages.ChatMessage) []chat.Message {
+	out := make([]chat.Message, len(ms))
+	for i, m := range ms {
+		out[i] = chat.Message{Role: m.Role, Content: m.Content}
+	}
+	return out
+}
+
+// feedbackTokens tokenizes the env's answer to an action as the user turn
+// that follows it: the chat template's tokens from the end of the model's
+// turn through the user message to the next generation prompt (or, when
+// done, to the end of the conversation). Those tokens begin with the
+// template's end-of-turn token, which is left out when the model sampled
+// that very token to end its action: the action keeps it as sampled, with
+// its logprob. An action that stopped otherwise (the length limit, a stop
+// string, another stop token such as Qwen3's <|endoftext|>) is closed by the
+// template's own end-of-turn token.
+func (e *episode) feedbackTokens(ctx context.Context, action *messages.GenerateReply, content string, done bool) ([]int32, error) {
+	req := e.req
+	treq := &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID}
+	if req.ChatTemplateName == messages.TemplateChatML {
+		treq.Text = chat.Turn(content, done)
+	} else {
+		treq.Text, treq.Turn, treq.ChatTemplateKwargs = content, messages.TurnNext, req.ChatTemplateKwargs
+		if done {
+			treq.Turn = messages.TurnFinal
+		}
+	}
+	toks, err := e.tokenize(ctx, treq, true)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(action.Tokens); action.EndOfTurn && n > 0 && len(toks) > 0 && action.Tokens[n-1] == toks[0] {
+		toks = toks[1:]
+	}
+	return toks, nil
 }
 
 // singleTurnPrompt builds and tokenizes this turn's fresh prompt in a
@@ -555,7 +603,7 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 	e.tm.Queue += time.Since(held).Nanoseconds()
 	ev := &messages.StepEvent{V: messages.Version, EpisodeID: req.EpisodeID, Turn: e.turn, Attempt: e.attempt, Resumed: e.resumed}
 	if e.turn == 0 {
-		ev.Episode = req
+		ev.Episode, ev.PromptMessages = req, e.promptMessages
 	}
 	if e.turn == 0 || single {
 		ev.PromptTokens, ev.PromptTruncated = e.tokens, e.promptCut
@@ -618,8 +666,8 @@ func (e *episode) turnOnce(ctx context.Context) (*messages.StepEvent, error) {
 			// Nothing to tell (a graded answer): the sequence ends with the action.
 			feedback, ftoks = "", messages.Tokens{}
 		default:
-			feedback = chat.FeedbackClosed(rep.EndOfTurn, res.Observation, suffix, done)
-			if ftoks, err = e.tokenize(ctx, &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: feedback}, true); err != nil {
+			feedback = chat.FeedbackContent(res.Observation, suffix, done)
+			if ftoks, err = e.feedbackTokens(ctx, rep, feedback, done); err != nil {
 				return nil, err
 			}
 		}
@@ -686,7 +734,7 @@ func (e *episode) turnTimings(turn int32) messages.TurnTimings {
 func (e *episode) tokenize(ctx context.Context, treq *messages.TokenizeRequest, cache bool) ([]int32, error) {
 	t0 := time.Now()
 	cacheable := cache && len(treq.Messages) == 0 && tokcache.Cacheable(treq.Text)
-	key := tokcache.Key{Text: treq.Text, Special: treq.AddSpecialTokens}
+	key := tokcache.KeyOf(treq)
 	if cacheable {
 		if ids, ok := e.w.tokens.Get(key); ok {
 			e.tm.Tokenize += time.Since(t0).Nanoseconds()

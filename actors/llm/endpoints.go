@@ -2,21 +2,15 @@ package llm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/internal/tokcache"
 	"github.com/rollfleet/rollfleet/vllm"
 )
-
-// errNoEndOfTurn means the model's tokenizer has no single ChatML end-of-turn
-// token, so multi-turn ChatML rollouts cannot be built for it.
-var errNoEndOfTurn = errors.New("llm: model has no ChatML end-of-turn token")
 
 // endpoint is one model server with its in-flight bound and health state.
 type endpoint struct {
@@ -28,9 +22,6 @@ type endpoint struct {
 	// modelNanos and modelTokens sum the completion calls' durations and
 	// generated tokens, for the in-flight control's latency reading.
 	modelNanos, modelTokens atomic.Int64
-
-	eotMu sync.Mutex   // held while learning the end-of-turn id
-	eot   atomic.Int32 // the end-of-turn token id plus one once learned; 0 before
 
 	tokens tokcache.Cache
 	pieces pieceCache
@@ -63,39 +54,18 @@ func (e *endpoint) capMaxTokens(ctx context.Context, promptLen, maxTokens int) (
 	return min(maxTokens, room), nil
 }
 
-// endsTurn reports whether ids end with the model's end-of-turn token. The
-// id depends on the model's tokenizer, so it is learned from the server once.
-func (e *endpoint) endsTurn(ctx context.Context, ids []int32) (bool, error) {
-	if len(ids) == 0 {
-		return false, nil
+// endedTurn reports whether the model ended its turn itself: the server
+// stopped on an end-of-sequence token (stop_reason null) or a stop token id
+// (stop_reason that id), which the completion's ids end with. A stop string
+// or the length limit is not an end of turn. Which token ends a turn is the
+// model's business (Qwen3 stops on <|im_end|> or <|endoftext|>, Llama 3 on
+// <|eot_id|>), so it is read from where the server stopped, never probed.
+func endedTurn(c *vllm.Completion) bool {
+	n := len(c.TokenIDs)
+	if c.FinishReason != "stop" || n == 0 {
+		return false
 	}
-	id, err := e.endOfTurnID(ctx)
-	if err != nil {
-		return false, err
-	}
-	return ids[len(ids)-1] == id, nil
-}
-
-// endOfTurnID returns the model's end-of-turn token id, asking the server
-// the first time; concurrent first callers wait for one answer.
-func (e *endpoint) endOfTurnID(ctx context.Context) (int32, error) {
-	if id := e.eot.Load(); id > 0 {
-		return id - 1, nil
-	}
-	e.eotMu.Lock()
-	defer e.eotMu.Unlock()
-	if id := e.eot.Load(); id > 0 {
-		return id - 1, nil
-	}
-	toks, err := e.client.Tokenize(ctx, vllm.TokenizeRequest{Prompt: chat.ImEnd})
-	if err != nil {
-		return 0, fmt.Errorf("learn end-of-turn token: %w", err)
-	}
-	if len(toks) != 1 {
-		return 0, fmt.Errorf("%w: %q is %d tokens for this model, not one special token", errNoEndOfTurn, chat.ImEnd, len(toks))
-	}
-	e.eot.Store(toks[0] + 1)
-	return toks[0], nil
+	return c.StopReason == "" || c.StopReason == strconv.Itoa(int(c.TokenIDs[n-1]))
 }
 
 func (e *endpoint) inFlight() int {

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollfleet/rollfleet/chat"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
+	"github.com/rollfleet/rollfleet/vllm"
 )
 
 // testRouter is a router over n endpoints with capacity slots each, all
@@ -172,31 +172,66 @@ func TestScoreSpreadsKeys(t *testing.T) {
 	}
 }
 
-// TestNoEndOfTurnToken serves a model whose tokenizer has no single
-// <|im_end|> token: generation must fail with a clear, non-retried error,
-// since multi-turn ChatML rollouts cannot be built for it.
-func TestNoEndOfTurnToken(t *testing.T) {
+// TestEndedTurn checks that a turn ends where the server says it stopped:
+// on an end-of-sequence token (stop_reason null) or a stop token id, never
+// on a stop string or the length limit.
+func TestEndedTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		c      vllm.Completion
+		closed bool
+	}{
+		{"eos", vllm.Completion{TokenIDs: []int32{5, 128009}, FinishReason: "stop"}, true},
+		{"stop token", vllm.Completion{TokenIDs: []int32{5, 151645}, FinishReason: "stop", StopReason: "151645"}, true},
+		{"stop string", vllm.Completion{TokenIDs: []int32{5, 6}, FinishReason: "stop", StopReason: "</answer>"}, false},
+		{"stop string of digits", vllm.Completion{TokenIDs: []int32{5, 6}, FinishReason: "stop", StopReason: "42"}, false},
+		{"length", vllm.Completion{TokenIDs: []int32{5, 6}, FinishReason: "length"}, false},
+		{"nothing generated", vllm.Completion{FinishReason: "stop"}, false},
+	} {
+		if got := endedTurn(&tc.c); got != tc.closed {
+			t.Errorf("%s: endedTurn = %v, want %v", tc.name, got, tc.closed)
+		}
+	}
+}
+
+// TestTurnTokens asks for the tokens the model's template puts around a
+// feedback turn: for the stand-in's ChatML template they are the template's
+// end-of-turn token, the user message and the generation prompt (none for
+// the final turn), and a template that renders no turn of its own is a
+// clear, unretried error.
+func TestTurnTokens(t *testing.T) {
 	f := newFixture(t)
-	m := newModel(t, toyllm.Options{}, func(m *model) {
+	f.start(t, Options{}, newModel(t, toyllm.Options{}, nil))
+	var tok toyllm.Tokenizer
+	for _, tc := range []struct {
+		kind messages.TurnKind
+		want string
+	}{
+		{messages.TurnNext, "<|im_end|>\n<|im_start|>user\nToo low.<|im_end|>\n<|im_start|>assistant\n"},
+		{messages.TurnFinal, "<|im_end|>\n<|im_start|>user\nToo low.<|im_end|>\n"},
+	} {
+		rep := f.tokenize(t, &messages.TokenizeRequest{V: messages.Version, EpisodeID: "ep", Text: "Too low.", Turn: tc.kind})
+		if rep.Error != "" || tok.Decode(rep.Tokens) != tc.want {
+			t.Errorf("turn %d: reply %+v (%q), want %q", tc.kind, rep, tok.Decode(rep.Tokens), tc.want)
+		}
+	}
+
+	g := newFixture(t)
+	flat := newModel(t, toyllm.Options{}, func(m *model) {
 		toy := m.toy
 		m.toy = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/tokenize" {
 				toy.ServeHTTP(w, r)
 				return
 			}
-			// Byte-level tokens for every text, special strings included.
-			body, _ := io.ReadAll(r.Body)
-			if !strings.Contains(string(body), chat.ImEnd) {
-				toy.ServeHTTP(w, r)
-				return
-			}
-			io.WriteString(w, `{"count":10,"max_model_len":32768,"tokens":[60,124,105,109,95,101,110,100,124,62]}`)
+			// A server whose template renders every conversation alike.
+			io.WriteString(w, `{"count":3,"max_model_len":32768,"tokens":[1,2,3]}`)
 		})
 	})
-	w := f.start(t, Options{}, m)
-	rep := f.generate(t, generateRequest("ep", 1))
-	if rep.Code != messages.CodeInvalid || !strings.Contains(rep.Error, "end-of-turn") {
-		t.Errorf("reply %+v, want an invalid error about the end-of-turn token", rep)
+	w := g.start(t, Options{}, flat)
+	rep := g.tokenize(t, &messages.TokenizeRequest{V: messages.Version, EpisodeID: "ep", Text: "Too low.", Turn: messages.TurnNext})
+	if rep.Code != messages.CodeInvalid || !strings.Contains(rep.Error, "renders no user turn") {
+		t.Errorf("reply %+v, want an invalid error about the template", rep)
 	}
 	if st := w.Stats(); st.Retries != 0 {
 		t.Errorf("stats %+v, want no retry", st)

@@ -605,7 +605,6 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 		IncludeStopStrInOutput: sp.IncludeStopStrInOutput,
 	}
 	var out vllm.Completion
-	var eot bool
 	var callStart time.Time
 	var model time.Duration
 	ep, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
@@ -621,8 +620,7 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 			return err
 		}
 		e.noteCompletion(model, len(out.TokenIDs))
-		eot, err = e.endsTurn(ctx, out.TokenIDs)
-		return err
+		return nil
 	})
 	if err != nil {
 		rep := generateFailed(err.Error(), errorCode(err))
@@ -635,7 +633,7 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 		Logprobs:     out.Logprobs,
 		Text:         out.Text,
 		FinishReason: out.FinishReason,
-		EndOfTurn:    eot,
+		EndOfTurn:    endedTurn(&out),
 		Endpoint:     ep,
 		QueueNanos:   max(callStart.Sub(at).Nanoseconds(), 0),
 		ModelNanos:   model.Nanoseconds(),
@@ -652,6 +650,7 @@ func (w *Worker) tokenizeReply(ctx context.Context, req *messages.TokenizeReques
 		Prompt:              req.Text,
 		AddGenerationPrompt: req.AddGenerationPrompt,
 		AddSpecialTokens:    req.AddSpecialTokens,
+		ChatTemplateKwargs:  req.ChatTemplateKwargs,
 	}
 	for _, m := range req.Messages {
 		treq.Messages = append(treq.Messages, vllm.Message{Role: m.Role, Content: m.Content})
@@ -659,7 +658,11 @@ func (w *Worker) tokenizeReply(ctx context.Context, req *messages.TokenizeReques
 	var ids []int32
 	_, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
 		var err error
-		ids, err = e.tokenize(ctx, treq)
+		if req.Turn != messages.TurnNone {
+			ids, err = e.turnTokens(ctx, req.Text, req.Turn, req.ChatTemplateKwargs)
+		} else {
+			ids, err = e.tokenize(ctx, treq)
+		}
 		return err
 	})
 	if err != nil {
@@ -680,7 +683,7 @@ func (w *Worker) answerFromCache(m *nats.Msg, req *messages.TokenizeRequest) boo
 	if e == nil || !e.healthy.Load() {
 		return false
 	}
-	ids, ok := e.tokens.Get(tokcache.Key{Text: req.Text, Special: req.AddSpecialTokens})
+	ids, ok := e.tokens.Get(tokcache.KeyOf(req))
 	if !ok {
 		return false
 	}

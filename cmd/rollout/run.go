@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -24,46 +25,48 @@ import (
 )
 
 type runCmd struct {
-	Env               string           `default:"game:GuessTheNumber-v0" help:"Env id, or a comma-separated list of ids and patterns such as 'game:*' taken in turn (used when a dataset row names none)."`
-	Episodes          int              `help:"Number of episodes (a multiple of --n-samples). With --dataset, 0 runs every row once."`
-	Dataset           string           `type:"existingfile" help:"JSONL rows: {prompt, label, env?, obs_style?}, math {question, expected_answer}, or NeMo Gym data items."`
-	ObsStyle          string           `default:"chat" enum:"chat,concat,qwen3_game" help:"How observations become prompts: chat (multi-turn ChatML), concat (GEM's history prompt per turn, one sample per turn) or qwen3_game (concat in GEM's qwen3_game template)."`
-	ApplyChatTemplate bool             `help:"Wrap dataset prompts as the first user turn of the chat template."`
-	NSamples          int              `default:"1" help:"Samples per prompt (group size)."`
-	Concurrency       int              `default:"256" help:"Most episodes in flight."`
-	SubmitWindow      int              `help:"Most submitted episodes not yet decided (default twice --concurrency, at least 4096)."`
-	MaxLength         int              `default:"4096" help:"Whole-trajectory token budget."`
-	MaxTokens         int              `default:"256" help:"Per-turn generation cap (0 = the whole remaining budget)."`
-	PromptOverflow    string           `default:"fail" enum:"fail,truncate-left" help:"A prompt longer than --max-length minus --max-tokens: fail its episode (failure kind prompt_too_long) or truncate-left (cut the start of its content, never the chat template's role headers)."`
-	MaxStaleness      *int32           `help:"Staleness bound of each episode: a turn starts only while the fleet's policy version minus the first turn's is at most this (default: the env workers', none unless they set one)."`
-	StalePolicy       string           `enum:",drop,restart,keep" default:"" help:"Past --max-staleness: drop (a failure of kind stale), restart (play it again under the current policy) or keep (finish and flag it); default the env workers' (drop)."`
-	Temperature       float64          `default:"1" help:"Sampling temperature."`
-	TopP              float64          `default:"1" help:"Nucleus sampling."`
-	Seed              *uint64          `help:"Seed for a reproducible run (random if unset)."`
-	Out               string           `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout), replaced only when the run finishes; with --filter only the kept groups' trajectories."`
-	MathJudge         string           `placeholder:"MODEL_OR_URL" help:"Ask an LLM judge about math answers the grader rejects, both ways round, as NeMo Gym's math server does (off by default): a model name (the run's model judges) or a vLLM URL; its prompts and verdicts go to judge_evaluations."`
-	MathStrict        bool             `help:"Grade math answers strictly: a decimal that only rounds to the expected value at 6 places (0.333333 for 1/3) and an unlabelled equation's right-hand side (2x+z=1 for 1), both of which NeMo Gym's grader rewards, are wrong."`
-	Format            string           `default:"openrlhf" enum:"openrlhf,nemo-gym" help:"Format of --out: openrlhf (trajectories with OpenRLHF's fields) or nemo-gym (results as NeMo Gym's rollout collection writes them: responses_create_params, response, reward, the verifier's fields, _ng_task_index, _ng_rollout_index, agent_ref)."`
-	FailuresOut       string           `help:"Also write failure records as JSONL to this file (replaced as --out is)."`
-	GroupsOut         string           `help:"Also write groups as JSONL to this file, one object per group with its trajectories (replaced as --out is)."`
-	Resume            string           `placeholder:"RUN_ID" help:"Continue the interrupted run RUN_ID (same --out): episodes already written are not played again, none is written twice."`
-	Remote            []string         `sep:"none" help:"Also host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
-	VLLM              []string         `sep:"," help:"vLLM base URL(s); default: the built-in stand-in model."`
-	Model             string           `help:"Served model name (default: the server's first)."`
-	LLMMaxInFlight    cmdutil.InFlight `default:"auto" help:"Most concurrent requests per model server: auto adapts it to each server's load from its /metrics (requests running and waiting, KV-cache usage) and its latency, starting at 64; a number fixes it."`
-	NATS              string           `help:"External NATS URL(s) instead of the embedded server."`
-	SubmitOnly        bool             `help:"With --nats: submit and collect only; a fleet of separate processes does the work."`
-	DataDir           string           `help:"Embedded server data dir (default: a temp dir, removed afterwards)."`
-	Filter            bool             `help:"Dynamic filtering of groups by mean score inside --filter-range."`
-	FilterRange       []float64        `default:"0,1" sep:"," help:"Low,high bounds for --filter."`
-	ToyLatency        time.Duration    `help:"Stand-in model: simulated time per generated token."`
-	ToyMaxConcurrent  int              `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
-	Timeout           time.Duration    `help:"Give up after this long (0 = never)."`
-	LogLevel          string           `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
-	LogFormat         string           `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
-	OTLP              string           `placeholder:"URL" help:"Send the embedded workers' OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
-	Metrics           string           `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port) while the run lasts."`
-	Dashboard         string           `placeholder:"ADDR" help:"Serve a live dashboard of the run on ADDR (host:port; port 0: any free port; the URL is printed)."`
+	Env                string           `default:"game:GuessTheNumber-v0" help:"Env id, or a comma-separated list of ids and patterns such as 'game:*' taken in turn (used when a dataset row names none)."`
+	Episodes           int              `help:"Number of episodes (a multiple of --n-samples). With --dataset, 0 runs every row once."`
+	Dataset            string           `type:"existingfile" help:"JSONL rows: {prompt, label, env?, obs_style?}, math {question, expected_answer}, or NeMo Gym data items."`
+	ObsStyle           string           `default:"chat" enum:"chat,concat,qwen3_game" help:"How observations become prompts: chat (multi-turn ChatML), concat (GEM's history prompt per turn, one sample per turn) or qwen3_game (concat in GEM's qwen3_game template)."`
+	ApplyChatTemplate  bool             `help:"Wrap dataset prompts as the first user turn of the chat template."`
+	ChatTemplate       string           `default:"model" enum:"model,chatml" help:"Chat template of chat-style episodes: model renders the model's own on the model server (its first prompt, and every feedback turn as the template puts it after the model's turn); chatml is rollfleet's ChatML, for a server that cannot render."`
+	ChatTemplateKwargs string           `placeholder:"JSON" help:"Extra chat template variables for every render, a JSON object such as '{\"enable_thinking\": false}'."`
+	NSamples           int              `default:"1" help:"Samples per prompt (group size)."`
+	Concurrency        int              `default:"256" help:"Most episodes in flight."`
+	SubmitWindow       int              `help:"Most submitted episodes not yet decided (default twice --concurrency, at least 4096)."`
+	MaxLength          int              `default:"4096" help:"Whole-trajectory token budget."`
+	MaxTokens          int              `default:"256" help:"Per-turn generation cap (0 = the whole remaining budget)."`
+	PromptOverflow     string           `default:"fail" enum:"fail,truncate-left" help:"A prompt longer than --max-length minus --max-tokens: fail its episode (failure kind prompt_too_long) or truncate-left (cut the start of its content, never the chat template's role headers)."`
+	MaxStaleness       *int32           `help:"Staleness bound of each episode: a turn starts only while the fleet's policy version minus the first turn's is at most this (default: the env workers', none unless they set one)."`
+	StalePolicy        string           `enum:",drop,restart,keep" default:"" help:"Past --max-staleness: drop (a failure of kind stale), restart (play it again under the current policy) or keep (finish and flag it); default the env workers' (drop)."`
+	Temperature        float64          `default:"1" help:"Sampling temperature."`
+	TopP               float64          `default:"1" help:"Nucleus sampling."`
+	Seed               *uint64          `help:"Seed for a reproducible run (random if unset)."`
+	Out                string           `default:"trajectories.jsonl" help:"Trajectory JSONL file ('-' for stdout), replaced only when the run finishes; with --filter only the kept groups' trajectories."`
+	MathJudge          string           `placeholder:"MODEL_OR_URL" help:"Ask an LLM judge about math answers the grader rejects, both ways round, as NeMo Gym's math server does (off by default): a model name (the run's model judges) or a vLLM URL; its prompts and verdicts go to judge_evaluations."`
+	MathStrict         bool             `help:"Grade math answers strictly: a decimal that only rounds to the expected value at 6 places (0.333333 for 1/3) and an unlabelled equation's right-hand side (2x+z=1 for 1), both of which NeMo Gym's grader rewards, are wrong."`
+	Format             string           `default:"openrlhf" enum:"openrlhf,nemo-gym" help:"Format of --out: openrlhf (trajectories with OpenRLHF's fields) or nemo-gym (results as NeMo Gym's rollout collection writes them: responses_create_params, response, reward, the verifier's fields, _ng_task_index, _ng_rollout_index, agent_ref)."`
+	FailuresOut        string           `help:"Also write failure records as JSONL to this file (replaced as --out is)."`
+	GroupsOut          string           `help:"Also write groups as JSONL to this file, one object per group with its trajectories (replaced as --out is)."`
+	Resume             string           `placeholder:"RUN_ID" help:"Continue the interrupted run RUN_ID (same --out): episodes already written are not played again, none is written twice."`
+	Remote             []string         `sep:"none" help:"Also host a remote env served over HTTP: ID=KIND,URL with KIND http-gym or http-verify (repeatable)."`
+	VLLM               []string         `sep:"," help:"vLLM base URL(s); default: the built-in stand-in model."`
+	Model              string           `help:"Served model name (default: the server's first)."`
+	LLMMaxInFlight     cmdutil.InFlight `default:"auto" help:"Most concurrent requests per model server: auto adapts it to each server's load from its /metrics (requests running and waiting, KV-cache usage) and its latency, starting at 64; a number fixes it."`
+	NATS               string           `help:"External NATS URL(s) instead of the embedded server."`
+	SubmitOnly         bool             `help:"With --nats: submit and collect only; a fleet of separate processes does the work."`
+	DataDir            string           `help:"Embedded server data dir (default: a temp dir, removed afterwards)."`
+	Filter             bool             `help:"Dynamic filtering of groups by mean score inside --filter-range."`
+	FilterRange        []float64        `default:"0,1" sep:"," help:"Low,high bounds for --filter."`
+	ToyLatency         time.Duration    `help:"Stand-in model: simulated time per generated token."`
+	ToyMaxConcurrent   int              `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
+	Timeout            time.Duration    `help:"Give up after this long (0 = never)."`
+	LogLevel           string           `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
+	LogFormat          string           `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+	OTLP               string           `placeholder:"URL" help:"Send the embedded workers' OpenTelemetry spans to this OTLP/HTTP collector (http://host:4318); off when empty."`
+	Metrics            string           `placeholder:"ADDR" help:"Serve Prometheus metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP on this address (host:port) while the run lasts."`
+	Dashboard          string           `placeholder:"ADDR" help:"Serve a live dashboard of the run on ADDR (host:port; port 0: any free port; the URL is printed)."`
 	cmdutil.NATSAuth
 	cmdutil.GC
 }
@@ -126,8 +129,13 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
+	kwargs, err := templateKwargs(c.ChatTemplateKwargs)
+	if err != nil {
+		return sum, err
+	}
 	opts := fleet.Options{
 		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle, ApplyChatTemplate: c.ApplyChatTemplate,
+		ChatTemplateName: templateName(c.ChatTemplate), ChatTemplateKwargs: kwargs,
 		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens, PromptOverflow: c.PromptOverflow,
 		MaxStaleness: c.MaxStaleness, StalePolicy: c.StalePolicy,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
@@ -227,6 +235,7 @@ func (c *runCmd) loadManifest() error {
 		return err
 	}
 	c.Env, c.Episodes, c.Dataset, c.ObsStyle, c.ApplyChatTemplate = m.Env, m.Episodes, m.Dataset, m.ObsStyle, m.ApplyChatTemplate
+	c.ChatTemplate, c.ChatTemplateKwargs = cmp.Or(m.ChatTemplate, "model"), string(m.ChatTemplateKwargs)
 	c.NSamples, c.MaxLength, c.MaxTokens, c.Temperature, c.TopP = m.NSamples, m.MaxLength, m.MaxTokens, m.Temperature, m.TopP
 	c.Seed = &m.Seed
 	c.Filter, c.FilterRange = m.Filter != nil, m.Filter
@@ -253,6 +262,7 @@ func (c *runCmd) manifest(opts *fleet.Options) (fleet.Manifest, error) {
 		Temperature: c.Temperature, TopP: c.TopP, Seed: *opts.Seed, FailuresOut: c.FailuresOut, GroupsOut: c.GroupsOut,
 		PromptOverflow: c.PromptOverflow, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict,
 		NATS: bus.StripUserinfo(c.NATS), SubmitOnly: c.SubmitOnly,
+		ChatTemplate: opts.ChatTemplateName, ChatTemplateKwargs: opts.ChatTemplateKwargs,
 	}
 	if opts.Filter != nil {
 		m.Filter = []float64{opts.Filter.Low, opts.Filter.High}
@@ -416,4 +426,25 @@ func (f *runFiles) close(sum fleet.Summary, runErr error) error {
 		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.AllTrajectories(), f.out)
 	}
 	return err
+}
+
+// templateName is the messages.EpisodeRequest.ChatTemplateName of a
+// --chat-template value.
+func templateName(flag string) string {
+	if flag == "model" {
+		return ""
+	}
+	return flag
+}
+
+// templateKwargs checks --chat-template-kwargs: empty, or a JSON object.
+func templateKwargs(flag string) ([]byte, error) {
+	if flag == "" {
+		return nil, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(flag), &m); err != nil || m == nil {
+		return nil, fmt.Errorf("--chat-template-kwargs must be a JSON object, got %.64q", flag)
+	}
+	return []byte(flag), nil
 }

@@ -5,7 +5,11 @@
 // crossing NATS at all when the env worker keeps its own cache.
 package tokcache
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/rollfleet/rollfleet/messages"
+)
 
 // Entries and Bytes bound a cache, and MaxText the texts it keeps: feedback
 // turns are short and repeat, while a long text (a single-turn style's
@@ -24,16 +28,28 @@ const (
 // its share of the map, the key and the slice header.
 const entryOverhead = 64
 
-// Key is a text and whether special tokens are added to it.
+// Key is a text, whether special tokens are added to it and, for the tokens
+// a chat template renders around a user turn, the turn kind and the
+// template's extra variables (messages.TokenizeRequest's Turn and
+// ChatTemplateKwargs).
 type Key struct {
 	Text    string
 	Special bool
+	Turn    uint8
+	Kwargs  string
+}
+
+// KeyOf is the key of a plain-text or turn tokenization request.
+func KeyOf(req *messages.TokenizeRequest) Key {
+	return Key{Text: req.Text, Special: req.AddSpecialTokens, Turn: uint8(req.Turn), Kwargs: string(req.ChatTemplateKwargs)}
 }
 
 // Cacheable reports whether a text is short enough to be kept.
 func Cacheable(text string) bool { return len(text) <= MaxText }
 
-func entrySize(k Key, ids []int32) int { return len(k.Text) + 4*cap(ids) + entryOverhead }
+func entrySize(k Key, ids []int32) int {
+	return len(k.Text) + len(k.Kwargs) + 4*cap(ids) + entryOverhead
+}
 
 // Cache remembers tokenizations, bounded by Entries and Bytes. It keeps two
 // generations: a full current map becomes the previous one, and entries
