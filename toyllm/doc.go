@@ -2,7 +2,8 @@
 // not a language model: it recognises what it is asked from the prompt —
 // GEM's GuessTheNumber, one of GEM's board games, or a math problem — plans a
 // reply with a hand-written heuristic, and writes it through a byte-level
-// tokenizer one sampled token at a time.
+// tokenizer (or a real model's: see Real tokenizers) one sampled token at a
+// time.
 //
 // It speaks the subset of vLLM's OpenAI-compatible HTTP API that rollout
 // workers use, with vLLM's field names, defaults, response shapes and error
@@ -42,6 +43,30 @@
 // end-of-sequence token and <|im_end|> a stop token of the model's
 // generation config, as with Qwen models: a reply that ends on <|im_end|>
 // has finish_reason "stop" and stop_reason 258.
+//
+// # Real tokenizers
+//
+// Given Options.Tokenizer (LoadModelTokenizer; rollout toyllm --tokenizer
+// DIR), the server speaks a real model's vocabulary instead, so that the
+// token ids, special tokens and chat layout a client sees are those of the
+// model it will train, and token-level bookkeeping can be checked against
+// them without a GPU. /tokenize, /detokenize and the prompts use the model's
+// tokenizer and its Hugging Face chat template, with vLLM's defaults (a
+// text prompt gets the BOS, rendered messages do not; a model without a
+// template answers chat requests with vLLM's error unless it was given
+// one). The planners below still read ChatML: the decoded prompt is
+// translated into a ChatML view, whose separators were learned at load by
+// rendering probe conversations. A reply is the plan's text in the model's
+// tokens followed by the template's end-of-turn token (<|im_end|>,
+// <|eot_id|>, <end_of_turn>, ...). Each step gives the planned token the
+// skill's logit and spreads the weight the byte vocabulary's other tokens
+// have over the model's regular (not special) tokens, so that slips are
+// about as frequent per token as in the byte mode; the end of turn may also
+// slip to another stop token (the eos when it differs, or one of
+// generation_config.json's eos_token_id). Stopping follows vLLM: the eos
+// stops with stop_reason null, the end-of-turn token when it is another and
+// generation_config.json's other eos ids with stop_reason their id.
+// Logprobs show each token's decoded text.
 //
 // # Policy
 //

@@ -57,6 +57,7 @@ type stepTokens struct {
 	model   *ModelTokenizer // nil: the byte vocabulary
 }
 
+// token returns the token of member m of a level of group g.
 func (s stepTokens) token(g tokenGroup, m int) int32 {
 	if s.model == nil {
 		return stepToken(s.planned, g, m)
@@ -133,6 +134,9 @@ func (st *genState) oversized() bool {
 // strings, checked on the output text (stop_reason the string). A stop token
 // is part of the output ids, but its text is left out of the output text
 // unless includeStop is set.
+//
+// With a real tokenizer (gp.model) the policy reads the ChatML view of the
+// decoded prompt, and the steps are those of ModelTokenizer.policyTable.
 func generate(st *genState, gp *genParams, pol *policy) {
 	mt := gp.model
 	if mt == nil {

@@ -189,7 +189,7 @@ func TestRealNoTemplate(t *testing.T) {
 
 	file := writeFile(t, t.TempDir(), "chat.jinja",
 		"{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}"+
-			"{% if add_generation_prompt %}<|start|>assistant<|message|>{% endif %}")
+			"{% if add_generation_prompt %}<|start|>assistant<|message|>{% if thinking %}<think>\n{% endif %}{% endif %}")
 	withTemplate, err := LoadModelTokenizer(tokenizertest.Dir(t, "gptoss"), file)
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +204,12 @@ func TestRealNoTemplate(t *testing.T) {
 	if decodeStrict(t, body, &cr); status != http.StatusOK || !strings.Contains(cr.Choices[0].Message.Content, `\boxed{15}`) ||
 		cr.Choices[0].StopReason != float64(withTemplate.EndOfTurn()) {
 		t.Errorf("chat with a template file: status %d: %s", status, body)
+	}
+	// A generation prompt that opens a reasoning block makes the policy reason first.
+	status, body = newClient(t, url).post("/v1/chat/completions", map[string]any{"messages": msgs, "temperature": 0,
+		"chat_template_kwargs": map[string]any{"thinking": true}})
+	if decodeStrict(t, body, &cr); status != http.StatusOK || !strings.HasPrefix(cr.Choices[0].Message.Content, "I answer the question.\n</think>\n\n") {
+		t.Errorf("chat opening a reasoning block: status %d: %s", status, body)
 	}
 
 	if _, err := LoadModelTokenizer(t.TempDir(), ""); err == nil {
@@ -284,6 +290,19 @@ func TestRealChatGame(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRealTools checks that with Qwen3's template, which lays tools out as
+// the stand-in's own does, the policy calls the tool offered.
+func TestRealTools(t *testing.T) {
+	_, url := newTestServer(t, Options{Tokenizer: loadModel(t, "qwen3")})
+	tools := []map[string]any{{"type": "function", "function": map[string]any{"name": "get_weather",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"}}}}}
+	ch := newClient(t, url).chat(map[string]any{"tools": tools, "temperature": 0,
+		"messages": []map[string]any{{"role": "user", "content": "Paris"}}})
+	if want := "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"; ch.Message.Content != want {
+		t.Errorf("content %q, want %q", ch.Message.Content, want)
 	}
 }
 
