@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net"
@@ -66,7 +67,8 @@ func (c *toyllmCmd) Run() error {
 	}
 	// Tests and scripts read this line to learn the URL.
 	fmt.Fprintf(os.Stdout, "stand-in model listening on %s\n", url)
-	log.Info("stand-in model serving (a test and demo stand-in, not a language model)", "url", url, "model", c.Model)
+	log.Info("stand-in model serving (a test and demo stand-in, not a language model)", "url", url, "model", c.Model,
+		"tokenizer", cmp.Or(c.Tokenizer, "toy bytes"))
 	<-ctx.Done()
 	stopSrv()
 	return nil
