@@ -293,6 +293,40 @@ func TestRealChatGame(t *testing.T) {
 	}
 }
 
+// TestChatView checks the ChatML view of prompts rendered by Llama 3.1's
+// template: its turns become ChatML turns, its preamble a system turn, and
+// text without its layout stays as it is.
+func TestChatView(t *testing.T) {
+	mt := loadModel(t, "llama3_1")
+	tmpl := templateOf(t, mt)
+	msgs := []hftemplate.Message{
+		{Role: "system", Content: hftemplate.Text("Play.")},
+		{Role: "user", Content: hftemplate.Text("Guess.")},
+		{Role: "assistant", Content: hftemplate.Text("7")},
+		{Role: "user", Content: hftemplate.Text("Higher.")},
+	}
+	render := func(msgs []hftemplate.Message, gen bool) string {
+		text, err := tmpl.Render(msgs, hftemplate.RenderOptions{AddGenerationPrompt: gen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text
+	}
+	const system = "<|im_start|>system\n<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nPlay.<|eot_id|><|im_end|>\n"
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"conversation", render(msgs, true), system +
+			"<|im_start|>user\nGuess.<|im_end|>\n<|im_start|>assistant\n7<|im_end|>\n<|im_start|>user\nHigher.<|im_end|>\n<|im_start|>assistant\n"},
+		{"without generation prompt", render(msgs[:2], false), system + "<|im_start|>user\nGuess.<|eot_id|>"},
+		{"plain text", "guess the number between 1 and 9", "guess the number between 1 and 9"},
+	} {
+		if got := string(mt.view.appendView(nil, tc.text)); got != tc.want {
+			t.Errorf("%s: view of %q\n is %q\nwant %q", tc.name, tc.text, got, tc.want)
+		}
+	}
+}
+
 // TestRealTools checks that with Qwen3's template, which lays tools out as
 // the stand-in's own does, the policy calls the tool offered.
 func TestRealTools(t *testing.T) {
