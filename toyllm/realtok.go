@@ -313,10 +313,9 @@ func (mt *ModelTokenizer) render(f *chatTemplateFields) (string, error) {
 		if m.Role == "" {
 			return "", vllmapi.BadRequest("messages[%d]: role is required", i)
 		}
-		hm := hftemplate.Message{Role: m.Role, ToolCallID: m.ToolCallID}
-		if m.Content != "" || len(m.toolCalls) == 0 {
-			hm.Content = hftemplate.Text(m.Content)
-		}
+		// A null content (an assistant turn of tool calls) reaches the
+		// template as "", as vLLM joins a message's text parts.
+		hm := hftemplate.Message{Role: m.Role, ToolCallID: m.ToolCallID, Content: hftemplate.Text(m.Content)}
 		if m.Reasoning != "" {
 			hm.ReasoningContent = &m.Reasoning
 		}
