@@ -14,6 +14,10 @@
 //     checks each call's prompt_token_ids against the template and its token_ids' ending
 //   selftest                 the two modes above against fixtures made with the reference
 //
+// Differences that docs/run.md documents as history rewriting are counted apart, not as
+// mismatches: history_rewrites (a template dropping the reasoning of past turns) and
+// resampled_actions (an action whose sampled ids are not the canonical encoding of its text).
+//
 // Usage: see usage() or docs/models.md. Prints one JSON summary line; exit 0 when all checks
 // pass, 1 on a mismatch or when nothing was checked, 2 on bad usage.
 "use strict";
@@ -121,7 +125,8 @@ function diffReport(ref, got, want, p) {
 class Summary {
   constructor(ref, o, fields) {
     Object.assign(this, { model: path.basename(path.resolve(o.modelDir)), mode: o.mode, checked: 0, mismatches: 0 }, fields,
-      { history_rewrites: 0, end_of_turn_id: ref.eot, eos_ids: [...ref.eosIds], first_mismatch: null, first_history_rewrite: null });
+      { history_rewrites: 0, resampled_actions: 0, end_of_turn_id: ref.eot, eos_ids: [...ref.eosIds], first_mismatch: null,
+        first_history_rewrite: null, first_resampled: null });
   }
   mismatch(counter, detail) {
     this[counter]++;
@@ -131,6 +136,10 @@ class Summary {
   rewrite(detail) {
     this.history_rewrites++;
     if (!this.first_history_rewrite) this.first_history_rewrite = detail;
+  }
+  resampled(detail) {
+    this.resampled_actions++;
+    if (!this.first_resampled) this.first_resampled = detail;
   }
 }
 
@@ -157,11 +166,27 @@ function isHistoryRewrite(ref, obs, ranges, p, turns) {
   return false;
 }
 
+// isResampled reports whether a difference at p lies in an earlier action whose ids are not the
+// canonical encoding of their own text (a token the model sampled where the tokenizer would have
+// merged differently): re-encoding the text cannot give back what was sampled, and the
+// trajectory rightly keeps the sampled ids. The texts of both sequences must agree.
+function isResampled(ref, got, want, ranges, p, turns) {
+  for (let j = 0; j < turns; j++) {
+    const [s, e] = ranges[j];
+    if (p >= s && p < e) {
+      const body = got.slice(s, e - 1);
+      return ref.decode(got) === ref.decode(want) && ref.encode(ref.decode(body)).join() !== body.join();
+    }
+  }
+  return false;
+}
+
 function compare(ref, sum, counter, t, got, want, where, turns) {
   const p = firstDiff(got, want);
   if (p < 0) return;
   const detail = { ...where, check: counter.replace("_mismatches", ""), ...diffReport(ref, got, want, p) };
   if (isHistoryRewrite(ref, t.observation_tokens, t.action_ranges, p, turns)) sum.rewrite(detail);
+  else if (isResampled(ref, got, want, t.action_ranges, p, turns)) sum.resampled(detail);
   else sum.mismatch(counter, detail);
 }
 
