@@ -61,40 +61,58 @@ func LoadModelTokenizer(dir, chatTemplateFile string) (*ModelTokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toyllm: %w", err)
 	}
-	mt := &ModelTokenizer{tok: tok, eos: -1, endSlip: -1}
-	if id, ok := tok.EOS(); ok {
-		mt.eos = id
-	}
+	var tmpl *hftemplate.Template
 	if chatTemplateFile != "" {
 		src, err := os.ReadFile(chatTemplateFile)
 		if err != nil {
 			return nil, fmt.Errorf("toyllm: chat template: %w", err)
 		}
-		cfg := maps.Clone(tok.Config())
-		cfg["chat_template"] = string(src)
-		if mt.tmpl, err = hftemplate.FromConfig(cfg); err != nil {
+		if tmpl, err = templateFrom(tok, string(src)); err != nil {
 			return nil, fmt.Errorf("toyllm: chat template %s: %w", chatTemplateFile, err)
 		}
-	} else if mt.tmpl, err = hftemplate.Load(filepath.Join(dir, "tokenizer_config.json")); errors.Is(err, hftemplate.ErrNoTemplate) {
-		mt.tmpl = nil
+	} else if tmpl, err = hftemplate.Load(filepath.Join(dir, "tokenizer_config.json")); errors.Is(err, hftemplate.ErrNoTemplate) {
+		tmpl = nil
 	} else if err != nil {
 		return nil, fmt.Errorf("toyllm: chat template: %w", err)
-	}
-	mt.endOfTurn = mt.eos
-	if mt.tmpl != nil {
-		if mt.endOfTurn, err = mt.learnEndOfTurn(); err != nil {
-			return nil, err
-		}
-		if mt.view, err = learnView(mt.tmpl, mt.tok, mt.endOfTurn); err != nil {
-			return nil, err
-		}
-	}
-	if mt.endOfTurn < 0 {
-		return nil, fmt.Errorf("toyllm: tokenizer %s: no eos_token and no chat template to end a reply with", dir)
 	}
 	genEOS, err := generationEOS(dir)
 	if err != nil {
 		return nil, err
+	}
+	mt, err := newModelTokenizer(tok, tmpl, genEOS)
+	if err != nil {
+		return nil, fmt.Errorf("toyllm: tokenizer %s: %w", dir, err)
+	}
+	return mt, nil
+}
+
+// templateFrom compiles a chat template's source with the special tokens
+// of tok's config.
+func templateFrom(tok *tokenizer.Tokenizer, src string) (*hftemplate.Template, error) {
+	cfg := maps.Clone(tok.Config())
+	cfg["chat_template"] = src
+	return hftemplate.FromConfig(cfg)
+}
+
+// newModelTokenizer learns what the stand-in needs of a tokenizer, its chat
+// template (nil for none) and its generation config's eos ids.
+func newModelTokenizer(tok *tokenizer.Tokenizer, tmpl *hftemplate.Template, genEOS []int32) (*ModelTokenizer, error) {
+	mt := &ModelTokenizer{tok: tok, tmpl: tmpl, eos: -1, endSlip: -1}
+	if id, ok := tok.EOS(); ok {
+		mt.eos = id
+	}
+	mt.endOfTurn = mt.eos
+	if tmpl != nil {
+		var err error
+		if mt.endOfTurn, err = mt.learnEndOfTurn(); err != nil {
+			return nil, err
+		}
+		if mt.view, err = learnView(tmpl, tok, mt.endOfTurn); err != nil {
+			return nil, err
+		}
+	}
+	if mt.endOfTurn < 0 {
+		return nil, errors.New("no eos_token and no chat template to end a reply with")
 	}
 	for _, id := range append([]int32{mt.endOfTurn}, genEOS...) {
 		if id != mt.eos && !slices.Contains(mt.stopIDs, id) {
@@ -140,15 +158,16 @@ func generationEOS(dir string) ([]int32, error) {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return nil, fmt.Errorf("toyllm: generation_config.json: %w", err)
 	}
+	if len(cfg.EOS) == 0 || string(cfg.EOS) == "null" {
+		return nil, nil
+	}
 	var one int32
 	if err := json.Unmarshal(cfg.EOS, &one); err == nil {
 		return []int32{one}, nil
 	}
 	var many []int32
-	if len(cfg.EOS) > 0 && string(cfg.EOS) != "null" {
-		if err := json.Unmarshal(cfg.EOS, &many); err != nil {
-			return nil, fmt.Errorf("toyllm: generation_config.json eos_token_id: %w", err)
-		}
+	if err := json.Unmarshal(cfg.EOS, &many); err != nil {
+		return nil, fmt.Errorf("toyllm: generation_config.json eos_token_id: %w", err)
 	}
 	return many, nil
 }
@@ -174,11 +193,11 @@ func (mt *ModelTokenizer) learnEndOfTurn() (int32, error) {
 		{Role: "assistant", Content: hftemplate.Text(a)},
 	}, hftemplate.RenderOptions{})
 	if err != nil {
-		return 0, fmt.Errorf("toyllm: chat template probe: %w", err)
+		return 0, fmt.Errorf("chat template probe: %w", err)
 	}
 	i := strings.LastIndex(text, a)
 	if i < 0 {
-		return 0, errors.New("toyllm: chat template probe: the assistant's content is not in the rendered text")
+		return 0, errors.New("chat template probe: the assistant's content is not in the rendered text")
 	}
 	if ids := mt.tok.Encode(text[i+len(a):], false); len(ids) > 0 {
 		return ids[0], nil
@@ -217,11 +236,11 @@ func learnView(tmpl *hftemplate.Template, tok *tokenizer.Tokenizer, endOfTurn in
 		{Role: "user", Content: hftemplate.Text(u2)},
 	}, hftemplate.RenderOptions{AddGenerationPrompt: true})
 	if err != nil {
-		return chatView{}, fmt.Errorf("toyllm: chat template probe: %w", err)
+		return chatView{}, fmt.Errorf("chat template probe: %w", err)
 	}
 	i1, i2, i3 := strings.Index(text, u1), strings.Index(text, a1), strings.Index(text, u2)
 	if i1 < 0 || i2 < i1 || i3 < i2 {
-		return chatView{}, errors.New("toyllm: chat template probe: the messages are not in the rendered text in order")
+		return chatView{}, errors.New("chat template probe: the messages are not in the rendered text in order")
 	}
 	head := text[:i1]
 	v := chatView{

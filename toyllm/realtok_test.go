@@ -168,6 +168,33 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return path
 }
 
+// TestGenerationEOS checks the reading of generation_config.json's
+// eos_token_id, a number or a list.
+func TestGenerationEOS(t *testing.T) {
+	for _, tc := range []struct {
+		name, config string // config "" writes no file
+		want         []int32
+		bad          bool
+	}{
+		{name: "no file"},
+		{name: "number", config: `{"eos_token_id": 7}`, want: []int32{7}},
+		{name: "list", config: `{"eos_token_id": [151645, 151643]}`, want: []int32{151645, 151643}},
+		{name: "null", config: `{"eos_token_id": null}`},
+		{name: "absent", config: `{"bos_token_id": 1}`},
+		{name: "string", config: `{"eos_token_id": "x"}`, bad: true},
+		{name: "not json", config: `{`, bad: true},
+	} {
+		dir := t.TempDir()
+		if tc.config != "" {
+			writeFile(t, dir, "generation_config.json", tc.config)
+		}
+		got, err := generationEOS(dir)
+		if (err != nil) != tc.bad || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, %v; want %v (error %v)", tc.name, got, err, tc.want, tc.bad)
+		}
+	}
+}
+
 // TestRealNoTemplate checks that a model without a chat template answers
 // messages with vLLM's error, and renders them with a template file.
 func TestRealNoTemplate(t *testing.T) {
@@ -187,10 +214,15 @@ func TestRealNoTemplate(t *testing.T) {
 		t.Errorf("completion %+v", ch)
 	}
 
-	file := writeFile(t, t.TempDir(), "chat.jinja",
+	// A template of its own (what --chat-template gives), built on the
+	// cached tokenizer: loading gpt-oss's again takes long under -race.
+	tmpl, err := templateFrom(mt.Tokenizer(),
 		"{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}"+
 			"{% if add_generation_prompt %}<|start|>assistant<|message|>{% if thinking %}<think>\n{% endif %}{% endif %}")
-	withTemplate, err := LoadModelTokenizer(tokenizertest.Dir(t, "gptoss"), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withTemplate, err := newModelTokenizer(mt.Tokenizer(), tmpl, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,19 +476,11 @@ func itoa(id int32) string {
 // to <|endoftext|>, a stop token of the config (stop_reason its id); a low
 // skill makes the slip the greedy choice.
 func TestRealStops(t *testing.T) {
-	src := tokenizertest.Dir(t, "qwen3")
-	dir := t.TempDir()
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeFile(t, dir, "generation_config.json", `{"bos_token_id": 151643, "eos_token_id": [151645, 151643]}`)
-	mt, err := LoadModelTokenizer(dir, "")
+	const imEnd, endOfText = 151645, 151643
+	mt, err := newModelTokenizer(loadModel(t, "qwen3").Tokenizer(), templateOf(t, loadModel(t, "qwen3")), []int32{imEnd, endOfText})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const imEnd, endOfText = 151645, 151643
 	for _, tc := range []struct {
 		name       string
 		skill      float64
