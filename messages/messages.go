@@ -90,28 +90,28 @@ type EpisodeRequest struct {
 	V uint8 `msgpack:"v"`
 	// RunID is the job the episode belongs to: its subjects, and those of its outcomes and
 	// group, carry it, so runs sharing a server never mix. Empty is a run of its own.
-	RunID        string         `msgpack:"rid,omitempty"`
-	EpisodeID    string         `msgpack:"id"`
-	GroupID      string         `msgpack:"g"`
-	SampleIndex  int32          `msgpack:"i"`
-	GroupSize    int32          `msgpack:"n"` // n samples per prompt, ≥ 1
-	Env          string         `msgpack:"e"`
-	EnvOptions   []byte         `msgpack:"eo,omitempty"` // JSON object of env constructor overrides, or empty
-	EnvSeed      *uint64        `msgpack:"es,omitempty"` // seed of the env's RNG; nil = random
-	Prompt       string         `msgpack:"p,omitempty"`  // empty = the env's own instructions
-	ChatTemplate bool           `msgpack:"ct,omitempty"` // wrap Prompt as the first user turn of the chat template
+	RunID        string  `msgpack:"rid,omitempty"`
+	EpisodeID    string  `msgpack:"id"`
+	GroupID      string  `msgpack:"g"`
+	SampleIndex  int32   `msgpack:"i"`
+	GroupSize    int32   `msgpack:"n"` // n samples per prompt, ≥ 1
+	Env          string  `msgpack:"e"`
+	EnvOptions   []byte  `msgpack:"eo,omitempty"` // JSON object of env constructor overrides, or empty
+	EnvSeed      *uint64 `msgpack:"es,omitempty"` // seed of the env's RNG; nil = random
+	Prompt       string  `msgpack:"p,omitempty"`  // empty = the env's own instructions
+	ChatTemplate bool    `msgpack:"ct,omitempty"` // wrap Prompt as the first user turn of the chat template
 	// ChatTemplateName chooses the template of a chat-style episode: empty is the model's own,
 	// rendered by the model server; TemplateChatML is rollfleet's ChatML, for a server that
 	// cannot render (see docs/run.md).
 	ChatTemplateName string `msgpack:"ctn,omitempty"`
 	// ChatTemplateKwargs is a JSON object of extra template variables passed to every render
 	// of the episode (such as {"enable_thinking": false}), or empty.
-	ChatTemplateKwargs []byte `msgpack:"ctk,omitempty"`
-	Label        string         `msgpack:"l,omitempty"`
-	Sampling     SamplingParams `msgpack:"sp"`
-	MaxLength    int32          `msgpack:"ml"`           // whole-trajectory token budget, > 0
-	MaxTurns     int32          `msgpack:"mt,omitempty"` // 0 = env default
-	SubmitTime   int64          `msgpack:"ts"`           // unix nanoseconds
+	ChatTemplateKwargs []byte         `msgpack:"ctk,omitempty"`
+	Label              string         `msgpack:"l,omitempty"`
+	Sampling           SamplingParams `msgpack:"sp"`
+	MaxLength          int32          `msgpack:"ml"`           // whole-trajectory token budget, > 0
+	MaxTurns           int32          `msgpack:"mt,omitempty"` // 0 = env default
+	SubmitTime         int64          `msgpack:"ts"`           // unix nanoseconds
 	// SubmitVersion is the policy version current when the episode was submitted.
 	SubmitVersion int64 `msgpack:"sv,omitempty"`
 	// MaxStaleness bounds how far the policy may move on during the episode: a turn starts
@@ -298,18 +298,18 @@ type StepEvent struct {
 	// Run is a nonce of the delivery that played this run. Delivery counts (Attempt) can repeat
 	// when a server restarts from older consumer state; the nonce cannot, so two deliveries'
 	// steps never share a message id or a run.
-	Run            string             `msgpack:"ru,omitempty"`
-	Episode        *EpisodeRequest    `msgpack:"er,omitempty"` // turn 0 only: the request, so the collector needs nothing else
-	PromptTokens   Tokens             `msgpack:"pt,omitempty"` // turn 0, or every turn of a single-turn style
+	Run          string          `msgpack:"ru,omitempty"`
+	Episode      *EpisodeRequest `msgpack:"er,omitempty"` // turn 0 only: the request, so the collector needs nothing else
+	PromptTokens Tokens          `msgpack:"pt,omitempty"` // turn 0, or every turn of a single-turn style
 	// PromptMessages are, on turn 0 of a chat-style episode, the messages its first prompt
 	// rendered; empty for a plain-text prompt.
 	PromptMessages []ChatMessage `msgpack:"pm,omitempty"`
-	ActionTokens   Tokens             `msgpack:"at"`
-	ActionLogprobs Logprobs           `msgpack:"al"`
-	ActionText     string             `msgpack:"ax"`
+	ActionTokens   Tokens        `msgpack:"at"`
+	ActionLogprobs Logprobs      `msgpack:"al"`
+	ActionText     string        `msgpack:"ax"`
 	// FeedbackText is the env's answer to the action: in a chat style the content of the user
 	// message FeedbackTokens render, in a single-turn style the observation.
-	FeedbackText string `msgpack:"fx"`
+	FeedbackText   string             `msgpack:"fx"`
 	FeedbackTokens Tokens             `msgpack:"ft"`
 	Reward         float64            `msgpack:"r"`
 	Score          float64            `msgpack:"s"`

@@ -331,7 +331,7 @@ type episode struct {
 	tokens []int32 // observation tokens so far (this turn's prompt in a single-turn style)
 	// promptMessages are the messages the first prompt rendered, if any.
 	promptMessages []messages.ChatMessage
-	turn   int32
+	turn           int32
 	// promptCut counts the tokens cut from the first prompt (this turn's in
 	// a single-turn style) to fit it.
 	promptCut int32
