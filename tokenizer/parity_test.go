@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/rollfleet/rollfleet/internal/tokenizertest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,18 +15,11 @@ import (
 	"testing"
 )
 
-// models are the tokenizer directories scripts/fetch-tokenizers.sh fetches.
-var models = []string{"qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"}
-
-const fetchHint = "run scripts/fetch-tokenizers.sh (or set ROLLFLEET_TOKENIZERS)"
-
-// tokenizersDir is where scripts/fetch-tokenizers.sh puts the tokenizers.
-func tokenizersDir() string {
-	if d := os.Getenv("ROLLFLEET_TOKENIZERS"); d != "" {
-		return d
-	}
-	return filepath.Join("..", ".cache", "tokenizers")
-}
+var (
+	models        = tokenizertest.Models
+	fetchHint     = tokenizertest.FetchHint
+	tokenizersDir = tokenizertest.Root
+)
 
 // loaded keeps the fetched models' tokenizers for the package's tests, which
 // would otherwise each spend seconds loading the same files.
