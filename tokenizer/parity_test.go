@@ -6,13 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/rollfleet/rollfleet/internal/tokenizertest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/rollfleet/rollfleet/internal/tokenizertest"
 )
 
 var (
