@@ -12,7 +12,9 @@
 //     (c) a trajectory the env answered last = encode(template(all messages))
 //   gateway --url URL        acts as an agent (tools, tool results) through the gateway and
 //     checks each call's prompt_token_ids against the template and its token_ids' ending
-//   selftest                 the two modes above against fixtures made with the reference
+//   responses --url URL      the same agent over the Responses API (reasoning items, function
+//     calls and their outputs sent back as input items); also counts the sessions' segments
+//   selftest                 the trajectories and gateway modes against fixtures made with the reference
 //
 // Differences that docs/run.md documents as history rewriting are counted apart, not as
 // mismatches: history_rewrites (a template dropping the reasoning of past turns) and
@@ -26,7 +28,7 @@ const fs = require("fs"), http = require("http"), os = require("os"), path = req
 function usage(msg) {
   process.stderr.write(`check-chat-tokens: ${msg}
 usage: check-chat-tokens.cjs trajectories FILE.jsonl --model-dir DIR [options]
-       check-chat-tokens.cjs gateway --url URL [--model NAME] [--sessions N] --model-dir DIR [options]
+       check-chat-tokens.cjs gateway|responses --url URL [--model NAME] [--sessions N] --model-dir DIR [options]
        check-chat-tokens.cjs selftest --model-dir DIR [options]
 options: --kwargs JSON (chat template kwargs) --eos-ids ID,... --chat-template FILE --keep-argument-strings
 `);
@@ -46,7 +48,7 @@ function parseArgs(argv) {
     } else if (a.startsWith("--")) usage(`unknown flag ${a}`);
     else o.args.push(a);
   }
-  if (!["trajectories", "gateway", "selftest"].includes(o.mode)) usage(`unknown mode ${JSON.stringify(o.mode)}`);
+  if (!["trajectories", "gateway", "responses", "selftest"].includes(o.mode)) usage(`unknown mode ${JSON.stringify(o.mode)}`);
   if (!o.modelDir) usage("--model-dir is required");
   try {
     if (typeof o.kwargs === "string") o.kwargs = JSON.parse(o.kwargs);
@@ -56,7 +58,7 @@ function parseArgs(argv) {
   o.sessions = Number(o.sessions);
   if (!(o.sessions > 0)) usage("--sessions must be positive");
   if (o.mode === "trajectories" && o.args.length !== 1) usage("trajectories takes one FILE.jsonl");
-  if (o.mode === "gateway" && !o.url) usage("gateway needs --url");
+  if ((o.mode === "gateway" || o.mode === "responses") && !o.url) usage(`${o.mode} needs --url`);
   return o;
 }
 
@@ -300,6 +302,76 @@ async function checkGateway(ref, o) {
   return sum;
 }
 
+// checkResponses is the gateway mode over the Responses API, as a NeMo Gym agent speaks it: the
+// conversation is sent whole each call as input items (the previous calls' output items, then a
+// function_call_output or a new user message), and the last output item carries the call's
+// prompt_token_ids and generation_token_ids. The expected prompt renders the same conversation
+// as chat messages: instructions as the system message, a reasoning item as the assistant's
+// reasoning_content, its text as content, function calls as tool_calls, outputs as tool
+// messages. Finishing each session reports its segments: a template that rewrites history (Qwen3
+// dropping past reasoning) makes every call a segment of its own.
+async function checkResponses(ref, o) {
+  const sum = new Summary(ref, o, { calls_checked: 0, prompt_mismatches: 0, eot_checked: 0, eot_mismatches: 0, eos_ended: 0,
+    request_failures: 0, reasoning_items: 0, segments: 0 });
+  const base = o.url.replace(/\/+$/, "");
+  const model = o.model || (await (await fetch(`${base}/v1/models`)).json()).data[0].id;
+  const tool = { type: "function", name: WEATHER_TOOL.function.name, description: WEATHER_TOOL.function.description,
+    parameters: WEATHER_TOOL.function.parameters };
+  const system = "You are a weather assistant. Use the tool for weather questions.";
+  for (let n = 0; n < o.sessions; n++) {
+    const session = `rsp-${n}`;
+    const question = `What is the weather in ${["Paris", "Oslo", "Lima", "Kyoto"][n % 4]} right now?`;
+    const input = [{ type: "message", role: "user", content: question }];
+    const messages = [{ role: "system", content: system }, { role: "user", content: question }];
+    for (let call = 0; call < 3; call++) {
+      const where = { session, call };
+      const res = await post(`${base}/v1/responses`, { model, instructions: system, input, tools: [tool], max_output_tokens: 256,
+        chat_template_kwargs: ref.kwargs }, { "X-Session-ID": session });
+      const out = res.ok && res.body.output;
+      const last = out && out[out.length - 1];
+      if (!last || !last.prompt_token_ids || !last.generation_token_ids) {
+        sum.mismatch("request_failures", { ...where, check: "request", status: res.status, body: JSON.stringify(res.body).slice(0, 500) });
+        break;
+      }
+      sum.checked++;
+      sum.calls_checked++;
+      let want;
+      try { want = ref.tokens(forTemplate(ref, messages), { tools: [WEATHER_TOOL], agp: true }); } catch (e) {
+        sum.mismatch("prompt_mismatches", { ...where, check: "template", error: String(e.message || e) });
+        break;
+      }
+      const p = firstDiff(last.prompt_token_ids, want);
+      if (p >= 0) sum.mismatch("prompt_mismatches", { ...where, check: "prompt", ...diffReport(ref, last.prompt_token_ids, want, p) });
+      if (res.body.status === "completed") checkEnding(ref, sum, last.generation_token_ids, { ...where, status: res.body.status });
+      const reply = { role: "assistant", content: "" };
+      const calls = [];
+      for (const it of out) {
+        input.push(Object.fromEntries(Object.entries(it).filter(([k]) => !k.endsWith("token_ids") && k !== "generation_log_probs")));
+        if (it.type === "reasoning") {
+          sum.reasoning_items++;
+          reply.reasoning_content = (reply.reasoning_content ?? "") + it.summary.map((x) => x.text).join("");
+        } else if (it.type === "message") reply.content += it.content.map((x) => x.text).join("");
+        else if (it.type === "function_call") calls.push({ id: it.call_id, type: "function", function: { name: it.name, arguments: it.arguments } });
+      }
+      if (calls.length > 0) reply.tool_calls = calls;
+      messages.push(reply);
+      if (calls.length > 0) {
+        for (const tc of calls) {
+          input.push({ type: "function_call_output", call_id: tc.id, output: '{"temp_c": 21}' });
+          messages.push({ role: "tool", tool_call_id: tc.id, content: '{"temp_c": 21}' });
+        }
+      } else {
+        input.push({ type: "message", role: "user", content: "And tomorrow?" });
+        messages.push({ role: "user", content: "And tomorrow?" });
+      }
+    }
+    const fin = await post(`${base}/v1/sessions/${session}/finish`, { reward: 1 });
+    if (!fin.ok) sum.mismatch("request_failures", { session, check: "finish", status: fin.status, body: JSON.stringify(fin.body).slice(0, 500) });
+    else sum.segments += (fin.body.segments || []).length;
+  }
+  return sum;
+}
+
 // produce builds a trajectory as an append-only producer does: the first prompt from the
 // template, then each action (its text's tokens and the end-of-turn id), then the text the
 // template puts between that action's end-of-turn and the next generation prompt.
@@ -410,6 +482,7 @@ async function main() {
   let sum;
   if (o.mode === "trajectories") sum = await checkTrajectories(ref, o, o.args[0]);
   else if (o.mode === "gateway") sum = await checkGateway(ref, o);
+  else if (o.mode === "responses") sum = await checkResponses(ref, o);
   else sum = await selftest(ref, o);
   process.stdout.write(JSON.stringify(sum) + "\n");
   process.exit(sum.mismatches > 0 || sum.checked === 0 ? 1 : 0);
