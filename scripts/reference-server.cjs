@@ -76,7 +76,8 @@ class Model {
     return this.tok.apply_chat_template(messages, { ...kwargs, tokenize: false, chat_template: source, tools, add_generation_prompt: agp });
   }
   encode(text, addSpecial) { return Array.from(this.tok.encode(text, { add_special_tokens: addSpecial })); }
-  // decode is what vLLM's incremental detokenizer gives: no clean-up of tokenization spaces.
+  // decode gives a completion's text as vLLM's incremental detokenizer does: without cleaning up
+  // tokenization spaces.
   decode(ids, skipSpecial) { return this.tok.decode(ids, { skip_special_tokens: skipSpecial, clean_up_tokenization_spaces: false }); }
 }
 
@@ -128,8 +129,8 @@ function reply(text) {
   if (/guess the number/i.test(text)) return guessTheNumber(text);
   const qs = [...text.matchAll(/what is ([^?\n]+)\?/gi)];
   if (qs.length > 0) {
-    const q = qs[qs.length - 1][1].trim(), v = arithmetic(q);
-    if (v !== null) return `We compute ${q} = ${+v.toFixed(6)}.\n\nThe answer is \\boxed{${+v.toFixed(6)}}.`;
+    const q = qs[qs.length - 1][1].trim(), v = arithmetic(q), a = v === null ? null : +v.toFixed(6);
+    if (a !== null) return `We compute ${q} = ${a}.\n\nThe answer is \\boxed{${a}}.`;
     return "The answer is \\boxed{42}.";
   }
   return "My answer: \\boxed{1 1 1}";
