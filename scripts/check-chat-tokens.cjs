@@ -214,8 +214,11 @@ function checkTrajectory(ref, sum, t, line) {
     if (!(k === ranges.length - 1 && t.finish_reason === "length")) checkEnding(ref, sum, obs.slice(start, end), { ...where, turn: k, position: end - 1 });
   });
   if (msgs[msgs.length - 1].role !== "assistant") {
+    // An episode the budget or the context window ended after the env's answer holds the
+    // generation prompt of the turn it had no room for.
+    const open = t.truncated && ["budget", "context_length"].includes(t.finish_reason);
     sum.full_checked++;
-    compare(ref, sum, "full_mismatches", t, obs, ref.tokens(msgs, {}), where, ranges.length);
+    compare(ref, sum, "full_mismatches", t, obs, ref.tokens(msgs, { agp: open }), where, ranges.length);
   }
 }
 
@@ -290,6 +293,7 @@ async function checkGateway(ref, o) {
       if (p >= 0) sum.mismatch("prompt_mismatches", { ...where, check: "prompt", ...diffReport(ref, prompt, want, p) });
       if (["stop", "tool_calls"].includes(choice.finish_reason)) checkEnding(ref, sum, choice.token_ids, { ...where, finish_reason: choice.finish_reason });
       const reply = { role: "assistant", content: choice.message.content ?? null };
+      if (choice.message.reasoning_content) reply.reasoning_content = choice.message.reasoning_content; // sent back, as agents do
       const calls = choice.message.tool_calls || [];
       if (calls.length > 0) reply.tool_calls = calls;
       messages.push(reply);

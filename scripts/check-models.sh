@@ -3,7 +3,9 @@
 # real tokenizer and chat template (scripts/fetch-tokenizers.sh fetches
 # them), and checks every trajectory and call from outside with the
 # JavaScript reference (scripts/check-chat-tokens.cjs). Prints the table of
-# docs/models.md: trajectories or calls checked, and mismatches.
+# docs/models.md: trajectories or calls checked, and mismatches. The gateway
+# runs with the qwen3 reasoning parser and the stand-in with --reasoning, so
+# a thinking template's replies carry reasoning through the Responses API.
 #
 #   scripts/check-models.sh [episodes per env, default 32]
 set -euo pipefail
@@ -26,8 +28,8 @@ field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$2"; }
 wait_up() { for _ in $(seq 100); do curl -sf "$1/health" >/dev/null && return 0; sleep 0.2; done; echo "check-models: $1 did not come up" >&2; return 1; }
 
 fail=0
-echo "| model | env path: trajectories (turns) checked | mismatches | gateway chat with tools: calls checked | mismatches |"
-echo "|---|---|---|---|---|"
+echo "| model | env path: trajectories (turns) checked | mismatches | gateway chat with tools: calls checked | mismatches | gateway Responses: calls checked (reasoning items, segments) | mismatches |"
+echo "|---|---|---|---|---|---|---|"
 for m in "${models[@]}"; do
   dir=$root/$m
   [ -s "$dir/tokenizer.json" ] || { echo "check-models: $dir missing: run scripts/fetch-tokenizers.sh" >&2; exit 1; }
@@ -41,15 +43,17 @@ for m in "${models[@]}"; do
     [ "$(field mismatches "$out")" = 0 ] || { echo "$out" >&2; fail=1; }
   done
   port=$((18200 + RANDOM % 1000))
-  "$work/rollout" toyllm --tokenizer "$dir" --listen "127.0.0.1:$port" >/dev/null 2>&1 & pids+=($!)
+  "$work/rollout" toyllm --tokenizer "$dir" --reasoning --listen "127.0.0.1:$port" >/dev/null 2>&1 & pids+=($!)
   wait_up "http://127.0.0.1:$port"
-  "$work/rollout" gateway --vllm "http://127.0.0.1:$port" --listen "127.0.0.1:$((port + 1))" >/dev/null 2>&1 & pids+=($!)
+  "$work/rollout" gateway --vllm "http://127.0.0.1:$port" --listen "127.0.0.1:$((port + 1))" --reasoning-parser qwen3 >/dev/null 2>&1 & pids+=($!)
   wait_up "http://127.0.0.1:$((port + 1))"
   gw=$(node scripts/check-chat-tokens.cjs gateway --url "http://127.0.0.1:$((port + 1))" --sessions 8 --model-dir "$dir" || true)
   [ "$(field mismatches "$gw")" = 0 ] || { echo "$gw" >&2; fail=1; }
+  rs=$(node scripts/check-chat-tokens.cjs responses --url "http://127.0.0.1:$((port + 1))" --sessions 8 --model-dir "$dir" || true)
+  [ "$(field mismatches "$rs")" = 0 ] || { echo "$rs" >&2; fail=1; }
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   pids=()
-  echo "| $m | $trajs ($turns) | $bad | $(field calls_checked "$gw") | $(field mismatches "$gw") |"
+  echo "| $m | $trajs ($turns) | $bad | $(field calls_checked "$gw") | $(field mismatches "$gw") | $(field calls_checked "$rs") ($(field reasoning_items "$rs"), $(field segments "$rs")) | $(field mismatches "$rs") |"
 done
 exit $fail
