@@ -66,7 +66,12 @@
 // generation_config.json's eos_token_id). Stopping follows vLLM: the eos
 // stops with stop_reason null, the end-of-turn token when it is another and
 // generation_config.json's other eos ids with stop_reason their id.
-// Logprobs show each token's decoded text.
+// Logprobs show each token's decoded text. A thinking template (Qwen3's,
+// whose generation prompt leaves the <think> block to the model unless
+// enable_thinking is off) is answered as by a model that does not reason,
+// unless Options.Reasoning (--reasoning) is set: then a reply to its bare
+// generation prompt opens the block itself, reasons, closes it and answers,
+// as Qwen3 does.
 //
 // # Policy
 //

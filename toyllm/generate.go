@@ -29,6 +29,9 @@ type genParams struct {
 	// model is the real tokenizer of the tokenizer mode; nil for the byte
 	// vocabulary.
 	model *ModelTokenizer
+	// reasoning makes a reply to a bare generation prompt open a reasoning
+	// block itself (see Options.Reasoning).
+	reasoning bool
 }
 
 // isStopID reports whether tok ends generation as a stop token. Like a Qwen
@@ -165,8 +168,12 @@ func generate(st *genState, gp *genParams, pol *policy) {
 			st.planText = appendPlanText(st.planText[:0], &game, p)
 		}
 	}
-	if bytes.HasSuffix(st.text, thinkingStart) {
+	switch {
+	case bytes.HasSuffix(st.text, thinkingStart):
 		st.planText = appendReasoning(nil, st.text, st.planText)
+	case gp.reasoning && bytes.HasSuffix(st.text, replyStart):
+		// The template left the reasoning block to the model: open it.
+		st.planText = appendReasoning([]byte(thinkOpen), st.text, st.planText)
 	}
 	end, table := ImEndID, &pol.table
 	st.plan = st.plan[:0]

@@ -185,7 +185,7 @@ func (s *Server) completion(r *http.Request, w http.ResponseWriter, st *genState
 	if err := checkMaxTokens(gp.maxTokens, len(st.prompt), s.opts.MaxModelLen); err != nil {
 		return responseOptions{}, err
 	}
-	gp.model = s.model
+	gp.model, gp.reasoning = s.model, s.reasoning
 	ro := responseOptions{asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs, model: s.model}
 	if req.Logprobs != nil {
 		if err := checkLogprobCount(*req.Logprobs); err != nil {
@@ -230,7 +230,7 @@ func (s *Server) chatCompletion(r *http.Request, w http.ResponseWriter, st *genS
 	if err := checkMaxTokens(gp.maxTokens, len(st.prompt), maxLen); err != nil {
 		return responseOptions{}, err
 	}
-	gp.model = s.model
+	gp.model, gp.reasoning = s.model, s.reasoning
 	ro := responseOptions{logprobs: req.Logprobs, asIDs: req.ReturnTokensAsTokenIDs, tokenIDs: req.ReturnTokenIDs, model: s.model}
 	if req.TopLogprobs != nil {
 		if !req.Logprobs && *req.TopLogprobs > 0 {

@@ -43,6 +43,10 @@ type ModelTokenizer struct {
 	// the tokens a slip inside the text may go to.
 	regular []int32
 	view    chatView
+	// thinks reports a thinking template, one that leaves opening the
+	// reasoning block to the model unless asked not to think (Qwen3's
+	// enable_thinking): see Options.Reasoning.
+	thinks bool
 }
 
 // noTemplateMessage is vLLM's answer to a chat request for a model whose
@@ -110,6 +114,7 @@ func newModelTokenizer(tok *tokenizer.Tokenizer, tmpl *hftemplate.Template, genE
 		if mt.view, err = learnView(tmpl, tok, mt.endOfTurn); err != nil {
 			return nil, err
 		}
+		mt.thinks = learnThinks(tmpl)
 	}
 	if mt.endOfTurn < 0 {
 		return nil, errors.New("no eos_token and no chat template to end a reply with")
@@ -203,6 +208,27 @@ func (mt *ModelTokenizer) learnEndOfTurn() (int32, error) {
 		return ids[0], nil
 	}
 	return mt.eos, nil
+}
+
+// learnThinks reports whether a template is a thinking one: rendering a
+// user message's generation prompt with enable_thinking off adds a closed
+// reasoning block at the end, which the model opens and closes itself when
+// thinking is on. A template failing either probe is not one, so that the
+// probe never stops a template from loading.
+func learnThinks(tmpl *hftemplate.Template) bool {
+	msgs := []hftemplate.Message{{Role: "user", Content: hftemplate.Text(probe("U"))}}
+	on, err := tmpl.Render(msgs, hftemplate.RenderOptions{AddGenerationPrompt: true})
+	if err != nil {
+		return false
+	}
+	off, err := tmpl.Render(msgs, hftemplate.RenderOptions{AddGenerationPrompt: true,
+		Kwargs: map[string]any{"enable_thinking": false}})
+	if err != nil {
+		return false
+	}
+	block, ok := strings.CutPrefix(off, on)
+	block = strings.TrimSpace(block)
+	return ok && strings.HasPrefix(block, thinkStart) && strings.HasSuffix(block, thinkEnd)
 }
 
 // chatView translates a prompt rendered by the model's chat template into

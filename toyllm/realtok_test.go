@@ -3,6 +3,7 @@ package toyllm
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -566,5 +567,78 @@ func BenchmarkCompletionTokenizer(b *testing.B) {
 		if w.status != http.StatusOK {
 			b.Fatalf("status %d", w.status)
 		}
+	}
+}
+
+// TestRealReasoning checks Options.Reasoning: with Qwen3's thinking
+// template a reply to the bare generation prompt opens its own <think>
+// block before the answer or tool call, as Qwen3 does (so its template, as
+// history, splits the reasoning off), and nothing changes
+// when the prompt closed the block already, for a template that is not a
+// thinking one, or in the byte mode.
+func TestRealReasoning(t *testing.T) {
+	question := []map[string]any{
+		{"role": "system", "content": "Your task is to solve a math problem."},
+		{"role": "user", "content": "What is 12 + 30?"},
+	}
+	tools := []map[string]any{{"type": "function", "function": map[string]any{"name": "get_weather",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"}}}}}
+	for _, tc := range []struct {
+		name      string
+		model     string // "" for the byte mode
+		reasoning bool
+		body      map[string]any
+		want      string // the reply's prefix, up to its answer
+		end       int32  // the last token id: the model's end of turn
+		wantThink bool   // whether the reply opens a reasoning block
+	}{
+		{name: "qwen3", model: "qwen3", reasoning: true, body: map[string]any{"messages": question},
+			want: "<think>\nI answer the question.\n</think>\n\n", wantThink: true, end: 151645},
+		{name: "qwen3 tool call", model: "qwen3", reasoning: true, body: map[string]any{"messages": []map[string]any{{"role": "user", "content": "Paris"}}, "tools": tools},
+			want: "<think>\nI call a tool first.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", wantThink: true, end: 151645},
+		{name: "qwen3 thinking off", model: "qwen3", reasoning: true,
+			body: map[string]any{"messages": question, "chat_template_kwargs": map[string]any{"enable_thinking": false}}, end: 151645},
+		{name: "qwen3 without the option", model: "qwen3", body: map[string]any{"messages": question}, end: 151645},
+		{name: "llama3_1", model: "llama3_1", reasoning: true, body: map[string]any{"messages": question}, end: 128009},
+		{name: "byte mode", reasoning: true, body: map[string]any{"messages": question}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := Options{Reasoning: tc.reasoning}
+			if tc.model != "" {
+				opts.Tokenizer = loadModel(t, tc.model)
+			}
+			_, url := newTestServer(t, opts)
+			body := maps.Clone(tc.body)
+			body["temperature"], body["seed"], body["max_tokens"], body["return_token_ids"] = 0, 1, 300, true
+			ch := newClient(t, url).chat(body)
+			text := ch.Message.Content
+			if got := strings.Contains(text, thinkStart); got != tc.wantThink || !strings.HasPrefix(text, tc.want) {
+				t.Fatalf("reply %q, want one starting %q (a think block: %v)", text, tc.want, tc.wantThink)
+			}
+			if _, isTool := tc.body["tools"]; !isTool && !strings.Contains(text, `\boxed{`) {
+				t.Errorf("reply %q has no boxed answer", text)
+			}
+			if tc.model == "" {
+				return
+			}
+			ids := ch.TokenIDs
+			if len(ids) == 0 || ids[len(ids)-1] != tc.end || text != opts.Tokenizer.Tokenizer().Decode(ids, true) {
+				t.Errorf("ids %v do not decode to the reply and end with %d", ids, tc.end)
+			}
+			if !tc.wantThink {
+				return
+			}
+			// Qwen3's template splits its own replies at </think>: as an
+			// earlier turn, the reply keeps its answer and drops its reasoning.
+			_, answer, _ := strings.Cut(text, thinkEnd+"\n\n")
+			history, err := templateOf(t, opts.Tokenizer).Render([]hftemplate.Message{
+				{Role: "user", Content: hftemplate.Text("Paris")},
+				{Role: "assistant", Content: hftemplate.Text(text)},
+				{Role: "user", Content: hftemplate.Text("Again.")},
+			}, hftemplate.RenderOptions{AddGenerationPrompt: true})
+			if err != nil || strings.Contains(history, thinkStart) || !strings.Contains(history, "<|im_start|>assistant\n"+answer+"<|im_end|>") {
+				t.Errorf("the reply as history renders as %q, %v; want its answer %q alone", history, err, answer)
+			}
+		})
 	}
 }

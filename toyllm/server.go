@@ -63,16 +63,26 @@ type Options struct {
 	// vocabulary and chat template instead of the byte-level toy
 	// vocabulary (see LoadModelTokenizer and the package doc).
 	Tokenizer *ModelTokenizer
+	// Reasoning, with a Tokenizer whose chat template leaves thinking to
+	// the model (Qwen3's with enable_thinking on, its default), makes a
+	// reply to a bare generation prompt open a <think> block itself and
+	// reason before its answer or tool call, as such a model does:
+	// "<think>\n", the reasoning, "\n</think>\n\n", then the answer.
+	// Other templates, and prompts that already open or close the block,
+	// are answered as without it.
+	Reasoning bool
 }
 
 // Server is the stand-in model server. It is safe for concurrent use.
 type Server struct {
-	opts    Options
-	model   *ModelTokenizer // Options.Tokenizer
-	log     *slog.Logger
-	handler http.Handler
-	maxBody int64
-	created int64
+	opts  Options
+	model *ModelTokenizer // Options.Tokenizer
+	// reasoning: Options.Reasoning, with a thinking template.
+	reasoning bool
+	log       *slog.Logger
+	handler   http.Handler
+	maxBody   int64
+	created   int64
 	// modelJSON is the model name as a JSON string, written in every
 	// response.
 	modelJSON []byte
@@ -112,9 +122,10 @@ func New(opts Options) *Server {
 		opts.WeightVersion = DefaultWeightVersion
 	}
 	s := &Server{
-		opts:  opts,
-		model: opts.Tokenizer,
-		log:   opts.Logger,
+		opts:      opts,
+		model:     opts.Tokenizer,
+		reasoning: opts.Reasoning && opts.Tokenizer != nil && opts.Tokenizer.thinks,
+		log:       opts.Logger,
 		// Room for a prompt of the whole context as token ids or escaped
 		// text, plus the rest of the request.
 		maxBody:   1<<20 + 16*int64(opts.MaxModelLen),

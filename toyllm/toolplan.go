@@ -13,13 +13,15 @@ import (
 // turn offers tools and the conversation's last turn is the user's, it calls the first tool
 // once, with arguments derived from that user message; after a tool result it answers in text,
 // quoting the result. Both are deterministic, so a tool-using episode can be tested end to end.
-// When the generation prompt opens a <think> block, every reply reasons first.
+// When the generation prompt opens a <think> block, every reply reasons first; with
+// Options.Reasoning, so does a reply that opens the block itself.
 
 var (
 	toolsOpen     = []byte("\n<tools>\n")
 	toolsClose    = []byte("\n</tools>")
 	toolResponse  = []byte("<tool_response>\n")
 	toolRespClose = []byte("\n</tool_response>")
+	replyStart    = []byte(chat.ImStart + "assistant\n")
 	thinkingStart = []byte(chat.ImStart + "assistant\n" + thinkOpen)
 )
 

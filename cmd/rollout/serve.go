@@ -25,6 +25,7 @@ type toyllmCmd struct {
 	WeightVersion string        `help:"Starting weight version reported by GET /weight_info (default \"default\")."`
 	Tokenizer     string        `type:"existingdir" placeholder:"DIR" help:"Speak a real model's vocabulary and chat template: a model directory with tokenizer.json and tokenizer_config.json (default: the byte-level toy vocabulary)."`
 	ChatTemplate  string        `type:"existingfile" placeholder:"FILE" help:"Chat template (Jinja) for --tokenizer, in place of the tokenizer's own, as vLLM's --chat-template."`
+	Reasoning     bool          `help:"With --tokenizer: the stand-in opens a <think> block itself where the chat template leaves thinking to the model, as Qwen3 does with enable_thinking on."`
 	LogLevel      string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	LogFormat     string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
 }
@@ -44,9 +45,11 @@ func (c *toyllmCmd) options() (toyllm.Options, error) {
 		if err != nil {
 			return toyllm.Options{}, fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
 		}
-		opts.Tokenizer = mt
+		opts.Tokenizer, opts.Reasoning = mt, c.Reasoning
 	case c.ChatTemplate != "":
 		return toyllm.Options{}, fmt.Errorf("--chat-template needs --tokenizer: the toy vocabulary has its own template")
+	case c.Reasoning:
+		return toyllm.Options{}, fmt.Errorf("--reasoning needs --tokenizer: the toy vocabulary's template opens no thinking to the model")
 	}
 	return opts, nil
 }

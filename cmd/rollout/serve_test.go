@@ -243,3 +243,50 @@ func TestToyllmTokenizerFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestToyllmReasoningFlag checks that --reasoning reaches the options: with
+// Qwen3's tokenizer the stand-in opens a <think> block itself.
+func TestToyllmReasoningFlag(t *testing.T) {
+	qwen := tokenizertest.Dir(t, "qwen3")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+		think   bool // whether the reply opens a reasoning block
+	}{
+		{name: "qwen3", args: []string{"--tokenizer", qwen}},
+		{name: "qwen3 reasoning", args: []string{"--tokenizer", qwen, "--reasoning"}, think: true},
+		{name: "toy vocabulary", args: []string{"--reasoning"}, wantErr: "--reasoning needs --tokenizer"},
+	} {
+		opts, err := parseToyllm(t, tc.args...).options()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		opts.Logger = slog.New(slog.DiscardHandler)
+		ts := httptest.NewServer(toyllm.New(opts).Handler())
+		resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"messages": [{"role": "user", "content": "guess a number between 1 and 9"}], "temperature": 0}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		ts.Close()
+		if err != nil || len(r.Choices) != 1 || strings.HasPrefix(r.Choices[0].Message.Content, "<think>\n") != tc.think {
+			t.Errorf("%s: reply %+v, %v; want one opening a think block: %v", tc.name, r, err, tc.think)
+		}
+	}
+}
