@@ -161,9 +161,9 @@ func checkRendered(t *testing.T, model string, tr *messages.Trajectory, conv []m
 		t.Fatalf("%s: %d assistant messages for %d actions", tr.EpisodeID, k, len(tr.ActionRanges))
 	}
 	if conv[len(conv)-1].Role != "assistant" {
-		// An episode the budget ended after the env's answer holds the generation prompt of
-		// the turn it had no room for.
-		open := tr.Truncated && (tr.FinishReason == "budget" || tr.FinishReason == "context_length")
+		// An episode the budget, the context window or the turn cap ended after the env's
+		// answer holds the generation prompt of the turn it did not play.
+		open := tr.Truncated && slices.Contains([]string{"budget", "context_length", "max_turns"}, tr.FinishReason)
 		if want := render(conv, open); !slices.Equal(tr.ObservationTokens, want) {
 			t.Fatalf("%s: tokens differ from the rendering of the whole conversation\n got %q\nwant %q",
 				tr.EpisodeID, tok.Decode(tr.ObservationTokens, false), tok.Decode(want, false))

@@ -286,6 +286,9 @@ type Manifest struct {
 	ObsStyle          string `json:"obs_style,omitempty"`
 	ApplyChatTemplate bool   `json:"apply_chat_template,omitempty"`
 	ChatTemplate      string `json:"chat_template,omitempty"`
+	// Tokenizer is the built-in stand-in's tokenizer directory (rollout run --tokenizer), so
+	// that a resumed run speaks the same vocabulary.
+	Tokenizer string `json:"tokenizer,omitempty"`
 	// ChatTemplateKwargs is a JSON object, or empty.
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
 	NSamples           int             `json:"n_samples"`

@@ -166,7 +166,8 @@ var ChatTemplateNames = []string{"", TemplateChatML}
 
 // Observation styles of EpisodeRequest.ObsStyle.
 const (
-	// ObsChat plays the episode as one multi-turn ChatML conversation: the trajectory is one
+	// ObsChat plays the episode as one multi-turn conversation in the model's chat template (or
+	// ChatML, by EpisodeRequest.ChatTemplateName): the trajectory is one
 	// token sequence with an action range per turn.
 	ObsChat = "chat"
 	// ObsConcat is GEM's concat wrapper: each turn's prompt is the history of observations plus

@@ -336,7 +336,7 @@ func (r *TokenizeRequest) validate() *ValidationError {
 		return e
 	}
 	switch {
-	case r.Text == "" && len(r.Messages) == 0:
+	case r.Text == "" && len(r.Messages) == 0 && r.Turn == TurnNone:
 		return invalid("text", "one of text and messages is required")
 	case r.Text != "" && len(r.Messages) != 0:
 		return invalid("messages", "must be empty when text is set")

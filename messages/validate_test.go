@@ -38,11 +38,13 @@ func TestValidateAcceptsSamples(t *testing.T) {
 		"GenerateReply/error":      &GenerateReply{V: Version, Error: "too long", Code: CodeContextLength},
 		"TokenizeRequest/messages": sampleTokenizeRequest(),
 		"TokenizeRequest/text":     &TokenizeRequest{V: Version, Text: "x"},
-		"TokenizeReply":            sampleTokenizeReply(),
-		"TokenizeReply/empty":      &TokenizeReply{V: Version},
-		"StepEvent":                sampleStep(),
-		"StepEvent/later turn":     with(sampleStep, func(e *StepEvent) { e.Turn, e.Episode, e.PromptTokens = 1, nil, nil }),
-		"StepEvent/end marker":     &StepEvent{V: Version, EpisodeID: "e", Turn: 5, Done: true},
+		// An env's empty answer is still a user turn of the template.
+		"TokenizeRequest/empty turn": &TokenizeRequest{V: Version, Turn: TurnNext, ChatTemplateKwargs: []byte(`{"enable_thinking":false}`)},
+		"TokenizeReply":              sampleTokenizeReply(),
+		"TokenizeReply/empty":        &TokenizeReply{V: Version},
+		"StepEvent":                  sampleStep(),
+		"StepEvent/later turn":       with(sampleStep, func(e *StepEvent) { e.Turn, e.Episode, e.PromptTokens = 1, nil, nil }),
+		"StepEvent/end marker":       &StepEvent{V: Version, EpisodeID: "e", Turn: 5, Done: true},
 		"StepEvent/end at turn 0": with(sampleStep, func(e *StepEvent) {
 			e.ActionTokens, e.ActionLogprobs, e.Done = nil, nil, true
 		}),
@@ -122,6 +124,9 @@ func TestValidateRejects(t *testing.T) {
 		{"TokenizeRequest.text", &TokenizeRequest{V: Version}},
 		{"TokenizeRequest.messages", with(sampleTokenizeRequest, func(r *TokenizeRequest) { r.Text = "also" })},
 		{"TokenizeRequest.messages[1].role", with(sampleTokenizeRequest, func(r *TokenizeRequest) { r.Messages[1].Role = "" })},
+		{"TokenizeRequest.turn", &TokenizeRequest{V: Version, Text: "x", Turn: TurnFinal + 1}},
+		{"TokenizeRequest.messages", with(sampleTokenizeRequest, func(r *TokenizeRequest) { r.Turn = TurnNext })},
+		{"TokenizeRequest.chat_template_kwargs", &TokenizeRequest{V: Version, Text: "x", Turn: TurnNext, ChatTemplateKwargs: []byte(`[1]`)}},
 
 		// TokenizeReply
 		{"TokenizeReply.v", &TokenizeReply{}},

@@ -214,9 +214,9 @@ function checkTrajectory(ref, sum, t, line) {
     if (!(k === ranges.length - 1 && t.finish_reason === "length")) checkEnding(ref, sum, obs.slice(start, end), { ...where, turn: k, position: end - 1 });
   });
   if (msgs[msgs.length - 1].role !== "assistant") {
-    // An episode the budget or the context window ended after the env's answer holds the
-    // generation prompt of the turn it had no room for.
-    const open = t.truncated && ["budget", "context_length"].includes(t.finish_reason);
+    // An episode the budget, the context window or the turn cap ended after the env's answer
+    // holds the generation prompt of the turn it did not play.
+    const open = t.truncated && ["budget", "context_length", "max_turns"].includes(t.finish_reason);
     sum.full_checked++;
     compare(ref, sum, "full_mismatches", t, obs, ref.tokens(msgs, { agp: open }), where, ranges.length);
   }

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,7 +79,7 @@ type Spec struct {
 	ObsStyle string `json:"obs_style,omitempty"`
 	// ApplyChatTemplate wraps row prompts as the first user turn.
 	ApplyChatTemplate bool `json:"apply_chat_template,omitempty"`
-	// ChatTemplate is empty for the model's own chat template or "chatml";
+	// ChatTemplate is empty or "model" for the model's own chat template, or "chatml";
 	// ChatTemplateKwargs a JSON object of extra template variables.
 	ChatTemplate       string          `json:"chat_template,omitempty"`
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
@@ -323,7 +324,7 @@ func (c *Client) requests(b Batch) (*batchRequests, messages.BatchManifest, erro
 	opts := jobs.Options{
 		Env: s.Env, Episodes: s.Episodes, NSamples: max(s.N, 1), MaxLength: s.MaxLength, MaxTokens: s.Sampling.MaxTokens,
 		ObsStyle: s.ObsStyle, ApplyChatTemplate: s.ApplyChatTemplate, PromptOverflow: s.PromptOverflow,
-		ChatTemplateName: s.ChatTemplate, ChatTemplateKwargs: s.ChatTemplateKwargs,
+		ChatTemplateName: s.templateName(), ChatTemplateKwargs: s.templateKwargs(),
 		Seed: s.Seed, Remote: c.opts.Remote, RunID: b.ID,
 	}
 	if t := s.Sampling.Temperature; t != nil && *t != 0 {
@@ -388,13 +389,13 @@ func (c *Client) checkSpec(s *Spec) error {
 		{"obs_style", s.ObsStyle, messages.ObsStyles},
 		{"stale_policy", s.StalePolicy, messages.StalePolicies},
 		{"prompt_overflow", s.PromptOverflow, messages.PromptOverflows},
-		{"chat_template", s.ChatTemplate, messages.ChatTemplateNames},
+		{"chat_template", s.ChatTemplate, []string{"model", messages.TemplateChatML}},
 	} {
 		if check.v != "" && !contains(check.allowed, check.v) {
 			return bad("%s %q is not one of %s", check.field, check.v, strings.Join(check.allowed, ", "))
 		}
 	}
-	if kw := s.ChatTemplateKwargs; len(kw) > 0 && !isJSONObject(kw) {
+	if kw := s.templateKwargs(); kw != nil && !isJSONObject(kw) {
 		return bad("chat_template_kwargs must be a JSON object")
 	}
 	if s.Env != "" {
@@ -550,4 +551,20 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, idx [
 func isJSONObject(b []byte) bool {
 	var m map[string]json.RawMessage
 	return json.Unmarshal(b, &m) == nil && m != nil
+}
+
+// templateName is the spec's chat template as messages.EpisodeRequest names it.
+func (s *Spec) templateName() string {
+	if s.ChatTemplate == "model" {
+		return ""
+	}
+	return s.ChatTemplate
+}
+
+// templateKwargs is the spec's chat template kwargs, nil for none (null included).
+func (s *Spec) templateKwargs() []byte {
+	if kw := bytes.TrimSpace(s.ChatTemplateKwargs); len(kw) > 0 && string(kw) != "null" {
+		return kw
+	}
+	return nil
 }

@@ -474,10 +474,7 @@ func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) e
 	var t *templated
 	if len(msgs) > 0 {
 		t = &templated{render: func(content []string) *messages.TokenizeRequest {
-			ms := make([]messages.ChatMessage, len(msgs))
-			for i, m := range msgs {
-				ms[i] = messages.ChatMessage{Role: m.Role, Content: content[i]}
-			}
+			ms := rendered(msgs, content)
 			r := &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID}
 			if req.ChatTemplateName == messages.TemplateChatML {
 				r.Text = chat.Render(chatML(ms), true)
@@ -490,7 +487,6 @@ func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) e
 			t.content = append(t.content, m.Content)
 		}
 		treq = t.render(t.content)
-		e.promptMessages = msgs
 	}
 	toks, err := e.tokenize(ctx, treq, true)
 	if err != nil {
@@ -500,10 +496,23 @@ func (e *episode) firstPrompt(ctx context.Context, obs string, info envs.Info) e
 	if err != nil {
 		return err
 	}
+	if t != nil {
+		e.promptMessages = rendered(msgs, t.content) // what was rendered: roles and the content kept
+	}
 	// Room for a few turns; append grows it from there as the episode does.
 	e.tokens = make([]int32, len(toks), len(toks)+512)
 	copy(e.tokens, toks)
 	return nil
+}
+
+// rendered is msgs as the first prompt renders them: their roles, with
+// content in place of theirs.
+func rendered(msgs []messages.ChatMessage, content []string) []messages.ChatMessage {
+	out := make([]messages.ChatMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = messages.ChatMessage{Role: m.Role, Content: content[i]}
+	}
+	return out
 }
 
 // chatML converts messages for chat.Render.

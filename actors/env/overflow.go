@@ -39,7 +39,8 @@ func (e *episode) promptBudget() (int, error) {
 
 // fitPrompt returns the prompt toks, which are t rendered (or, for a nil t,
 // plain text that is all content), made to fit promptBudget as the request's
-// PromptOverflow says, and how many tokens were cut. A prompt that does not
+// PromptOverflow says, and how many tokens were cut; t.content is left
+// holding the content kept. A prompt that does not
 // fit fails the episode (errPromptTooLong), unless truncate-left is asked
 // for: then the start of the content is cut.
 func (e *episode) fitPrompt(ctx context.Context, toks []int32, t *templated) ([]int32, int32, error) {
@@ -64,10 +65,11 @@ func (e *episode) fitPrompt(ctx context.Context, toks []int32, t *templated) ([]
 	if len(bare) > keep {
 		return nil, 0, fmt.Errorf("%w, and its template alone takes %d", e.tooLong(len(toks), keep), len(bare))
 	}
-	kept, err := cutContent(t.content, len(toks), bare, keep, tokenize)
+	kept, content, err := cutContent(t.content, len(toks), bare, keep, tokenize)
 	if err != nil {
 		return nil, 0, err
 	}
+	t.content = content
 	return kept, int32(len(toks) - len(kept)), nil
 }
 
@@ -78,14 +80,14 @@ func (e *episode) tooLong(n, keep int) error {
 }
 
 // cutContent returns the tokens of the rendering that keeps the longest
-// ending of content within keep tokens: content is cut from its start (the
+// ending of content within keep tokens, and that content: content is cut from its start (the
 // first message's first), on UTF-8 boundaries. full is the token count of
 // the uncut rendering (over keep), bare the tokens of the rendering without
 // any content (within keep). Each probe is a tokenization (a round trip to
 // a model server), so the cut is guessed from the token counts, as if they
 // shrank evenly with it, and found by bisection only where guesses do not
 // close in.
-func cutContent(content []string, full int, bare []int32, keep int, tokenize func([]string) ([]int32, error)) ([]int32, error) {
+func cutContent(content []string, full int, bare []int32, keep int, tokenize func([]string) ([]int32, error)) ([]int32, []string, error) {
 	joined := strings.Join(content, "")
 	// Cutting lo bytes leaves nLo > keep tokens; cutting hi leaves best,
 	// within keep. The answer is the smallest fitting cut in (lo, hi].
@@ -104,12 +106,12 @@ func cutContent(content []string, full int, bare []int32, keep int, tokenize fun
 			mid = runeStart(joined, lo+1)
 		}
 		if mid >= hi {
-			return best, nil
+			return best, cutFront(content, hi), nil
 		}
 		width := hi - lo
 		toks, err := tokenize(cutFront(content, mid))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(toks) <= keep {
 			hi, best = mid, toks

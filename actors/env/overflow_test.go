@@ -369,7 +369,7 @@ func TestCutContent(t *testing.T) {
 			}
 			full := render(tc.content)
 			bare := render(make([]string, len(tc.content)))
-			got, err := cutContent(tc.content, len(full), bare, tc.keep, tokenize)
+			got, kept, err := cutContent(tc.content, len(full), bare, tc.keep, tokenize)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -382,6 +382,9 @@ func TestCutContent(t *testing.T) {
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("kept %d tokens %q,\nwant %d tokens %q", len(got), tok.Decode(got), len(want), tok.Decode(want))
+			}
+			if !slices.Equal(render(kept), got) {
+				t.Fatalf("kept content %q does not render the kept tokens", kept)
 			}
 			if probes > tc.maxProbes {
 				t.Fatalf("%d tokenizations, want at most %d", probes, tc.maxProbes)

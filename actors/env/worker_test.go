@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,7 +155,44 @@ func TestFirstPrompt(t *testing.T) {
 			if got, want := tok.Decode(first.PromptTokens), tc.want(ins); got != want {
 				t.Fatalf("prompt\n got %q\nwant %q", got, want)
 			}
+			// The step names the messages exactly as rendered: the content kept.
+			if pm := first.PromptMessages; len(pm) > 0 {
+				if got := chat.Render(chatML(pm), true); got != tok.Decode(first.PromptTokens) {
+					t.Fatalf("prompt messages %+v render %q, not the prompt", pm, got)
+				}
+			}
 		})
+	}
+}
+
+// TestChatMLByName plays the same episodes with the model's own template
+// and with ChatML named: on a model whose template is ChatML (the
+// stand-in's) both give the same tokens, and the feedback is the user
+// message's content either way.
+func TestChatMLByName(t *testing.T) {
+	f := newFixture(t, toyllm.Options{})
+	var tok toyllm.Tokenizer
+	for i := range 4 {
+		id := fmt.Sprintf("chatml-%d", i)
+		model := f.run(t, episodeRequest(id+"-model", func(r *messages.EpisodeRequest) { *r.EnvSeed += uint64(i) }))
+		named := f.run(t, episodeRequest(id+"-chatml", func(r *messages.EpisodeRequest) {
+			*r.EnvSeed += uint64(i)
+			r.ChatTemplateName = messages.TemplateChatML
+		}))
+		if len(model) != len(named) {
+			t.Fatalf("%s: %d turns with the model's template, %d with ChatML", id, len(model), len(named))
+		}
+		for k := range model {
+			a, b := model[k], named[k]
+			if !slices.Equal(a.PromptTokens, b.PromptTokens) || !slices.Equal(a.ActionTokens, b.ActionTokens) ||
+				!slices.Equal(a.FeedbackTokens, b.FeedbackTokens) || a.FeedbackText != b.FeedbackText {
+				t.Fatalf("%s turn %d differs:\nmodel  %q + %q\nchatml %q + %q", id, k,
+					tok.Decode(a.ActionTokens), tok.Decode(a.FeedbackTokens), tok.Decode(b.ActionTokens), tok.Decode(b.FeedbackTokens))
+			}
+			if a.FeedbackText != "" && strings.Contains(a.FeedbackText, chat.ImStart) {
+				t.Fatalf("%s turn %d: feedback text %q is not a message's content", id, k, a.FeedbackText)
+			}
+		}
 	}
 }
 

@@ -28,7 +28,7 @@ type runCmd struct {
 	Env                string           `default:"game:GuessTheNumber-v0" help:"Env id, or a comma-separated list of ids and patterns such as 'game:*' taken in turn (used when a dataset row names none)."`
 	Episodes           int              `help:"Number of episodes (a multiple of --n-samples). With --dataset, 0 runs every row once."`
 	Dataset            string           `type:"existingfile" help:"JSONL rows: {prompt, label, env?, obs_style?}, math {question, expected_answer}, or NeMo Gym data items."`
-	ObsStyle           string           `default:"chat" enum:"chat,concat,qwen3_game" help:"How observations become prompts: chat (multi-turn ChatML), concat (GEM's history prompt per turn, one sample per turn) or qwen3_game (concat in GEM's qwen3_game template)."`
+	ObsStyle           string           `default:"chat" enum:"chat,concat,qwen3_game" help:"How observations become prompts: chat (one multi-turn conversation in the model's chat template, see --chat-template), concat (GEM's history prompt per turn, one sample per turn) or qwen3_game (concat in GEM's qwen3_game template)."`
 	ApplyChatTemplate  bool             `help:"Wrap dataset prompts as the first user turn of the chat template."`
 	ChatTemplate       string           `default:"model" enum:"model,chatml" help:"Chat template of chat-style episodes: model renders the model's own on the model server (its first prompt, and every feedback turn as the template puts it after the model's turn); chatml is rollfleet's ChatML, for a server that cannot render."`
 	ChatTemplateKwargs string           `placeholder:"JSON" help:"Extra chat template variables for every render, a JSON object such as '{\"enable_thinking\": false}'."`
@@ -243,6 +243,7 @@ func (c *runCmd) loadManifest() error {
 	}
 	c.Env, c.Episodes, c.Dataset, c.ObsStyle, c.ApplyChatTemplate = m.Env, m.Episodes, m.Dataset, m.ObsStyle, m.ApplyChatTemplate
 	c.ChatTemplate, c.ChatTemplateKwargs = cmp.Or(m.ChatTemplate, "model"), string(m.ChatTemplateKwargs)
+	c.Tokenizer = cmp.Or(c.Tokenizer, m.Tokenizer)
 	c.NSamples, c.MaxLength, c.MaxTokens, c.Temperature, c.TopP = m.NSamples, m.MaxLength, m.MaxTokens, m.Temperature, m.TopP
 	c.Seed = &m.Seed
 	c.Filter, c.FilterRange = m.Filter != nil, m.Filter
@@ -269,7 +270,7 @@ func (c *runCmd) manifest(opts *fleet.Options) (fleet.Manifest, error) {
 		Temperature: c.Temperature, TopP: c.TopP, Seed: *opts.Seed, FailuresOut: c.FailuresOut, GroupsOut: c.GroupsOut,
 		PromptOverflow: c.PromptOverflow, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict,
 		NATS: bus.StripUserinfo(c.NATS), SubmitOnly: c.SubmitOnly,
-		ChatTemplate: opts.ChatTemplateName, ChatTemplateKwargs: opts.ChatTemplateKwargs,
+		ChatTemplate: opts.ChatTemplateName, ChatTemplateKwargs: opts.ChatTemplateKwargs, Tokenizer: c.Tokenizer,
 	}
 	if opts.Filter != nil {
 		m.Filter = []float64{opts.Filter.Low, opts.Filter.High}
