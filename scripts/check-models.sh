@@ -6,6 +6,9 @@
 # docs/models.md: trajectories or calls checked, and mismatches. The gateway
 # runs with the qwen3 reasoning parser and the stand-in with --reasoning, so
 # a thinking template's replies carry reasoning through the Responses API.
+# Last, the env runs are played against scripts/reference-server.cjs, a
+# model server whose tokenizer and template are the reference's, not
+# rollfleet's.
 #
 #   scripts/check-models.sh [episodes per env, default 32]
 set -euo pipefail
@@ -28,8 +31,8 @@ field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$2"; }
 wait_up() { for _ in $(seq 100); do curl -sf "$1/health" >/dev/null && return 0; sleep 0.2; done; echo "check-models: $1 did not come up" >&2; return 1; }
 
 fail=0
-echo "| model | env path: trajectories (turns) checked | mismatches | gateway chat with tools: calls checked | mismatches | gateway Responses: calls checked (reasoning items, segments) | mismatches |"
-echo "|---|---|---|---|---|---|---|"
+echo "| model | env path: trajectories (turns) checked | mismatches | gateway chat with tools: calls checked | mismatches | gateway Responses: calls checked (reasoning items, segments) | mismatches | reference server, env path: trajectories (turns) | mismatches |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for m in "${models[@]}"; do
   dir=$root/$m
   [ -s "$dir/tokenizer.json" ] || { echo "check-models: $dir missing: run scripts/fetch-tokenizers.sh" >&2; exit 1; }
@@ -54,6 +57,20 @@ for m in "${models[@]}"; do
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   pids=()
-  echo "| $m | $trajs ($turns) | $bad | $(field calls_checked "$gw") | $(field mismatches "$gw") | $(field calls_checked "$rs") ($(field reasoning_items "$rs"), $(field segments "$rs")) | $(field mismatches "$rs") |"
+  node scripts/reference-server.cjs --model-dir "$dir" --listen "127.0.0.1:$((port + 2))" >/dev/null 2>&1 & pids+=($!)
+  wait_up "http://127.0.0.1:$((port + 2))"
+  rtrajs=0 rturns=0 rbad=0
+  for env in game:GuessTheNumber-v0 math; do
+    args=(--env "$env" --episodes "$episodes" --seed 1 --vllm "http://127.0.0.1:$((port + 2))" --out "$work/r.jsonl")
+    [ "$env" = math ] && args+=(--dataset "$work/math.jsonl" --episodes 4)
+    "$work/rollout" run "${args[@]}" >/dev/null 2>"$work/run.log" || { cat "$work/run.log" >&2; exit 1; }
+    out=$(node scripts/check-chat-tokens.cjs trajectories "$work/r.jsonl" --model-dir "$dir" || true)
+    rtrajs=$((rtrajs + $(field checked "$out"))) rturns=$((rturns + $(field prompts_checked "$out"))) rbad=$((rbad + $(field mismatches "$out")))
+    [ "$(field mismatches "$out")" = 0 ] || { echo "$out" >&2; fail=1; }
+  done
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  pids=()
+  echo "| $m | $trajs ($turns) | $bad | $(field calls_checked "$gw") | $(field mismatches "$gw") | $(field calls_checked "$rs") ($(field reasoning_items "$rs"), $(field segments "$rs")) | $(field mismatches "$rs") | $rtrajs ($rturns) | $rbad |"
 done
 exit $fail
