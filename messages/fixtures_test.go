@@ -193,6 +193,7 @@ func fixtureEpisodeRequest() *messages.EpisodeRequest {
 			Temperature: 0.7, TopP: 0.95, TopK: -1, MaxTokens: 256, Stop: []string{"</answer>"}, Seed: new(int64(-4242)),
 			MinP: 0.05, PresencePenalty: 0.5, FrequencyPenalty: -0.5, RepetitionPenalty: 1.1, MinTokens: 2,
 			StopTokenIDs: messages.Tokens{151643, 151645}, IgnoreEOS: true, SkipSpecialTokens: true, IncludeStopStrInOutput: true,
+			StructuredOutputs: json.RawMessage(`{"json":{"type":"object"}}`),
 		},
 		MaxLength: 4096, MaxTurns: 8, SubmitTime: 1_700_000_004_000_000_000,
 		SubmitVersion: 9, MaxStaleness: new(int32(-1)), StalePolicy: messages.StaleKeep,

@@ -82,7 +82,14 @@ type SamplingParams struct {
 	// OpenAI clients); false keeps them, as RL rollouts want. Token ids are never affected.
 	SkipSpecialTokens      bool `msgpack:"ss,omitempty" json:"skip_special_tokens,omitempty"`
 	IncludeStopStrInOutput bool `msgpack:"is,omitempty" json:"include_stop_str_in_output,omitempty"`
+	// StructuredOutputs constrains the reply as vLLM's structured_outputs object does: exactly
+	// one of "json" (a JSON schema), "json_object" (true), "choice" (a list of strings),
+	// "regex", "grammar" or "structural_tag"; empty leaves the reply free.
+	StructuredOutputs json.RawMessage `msgpack:"so,omitempty" json:"structured_outputs,omitempty"`
 }
+
+// StructuredOutputKinds are the keys of SamplingParams.StructuredOutputs.
+var StructuredOutputKinds = []string{"json", "json_object", "choice", "regex", "grammar", "structural_tag"}
 
 // EpisodeRequest asks an env worker to run one episode; it is the work item of the episodes
 // stream.

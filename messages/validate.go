@@ -177,6 +177,34 @@ func (p *SamplingParams) validate() *ValidationError {
 	case p.MaxTokens < 0:
 		return invalid("max_tokens", "must be >= 0, got %d", p.MaxTokens)
 	}
+	return checkStructuredOutputs(p.StructuredOutputs)
+}
+
+// checkStructuredOutputs checks a structured_outputs object: empty, or a JSON object with
+// exactly one of StructuredOutputKinds set to a value other than null.
+func checkStructuredOutputs(b json.RawMessage) *ValidationError {
+	if len(b) == 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return invalid("structured_outputs", "must be empty or a JSON object, got %.64q", b)
+	}
+	kind := ""
+	for k, v := range m {
+		switch {
+		case !slices.Contains(StructuredOutputKinds, k):
+			return invalid("structured_outputs", "%.32q is not one of %v", k, StructuredOutputKinds)
+		case string(bytes.TrimSpace(v)) == "null":
+		case kind != "":
+			return invalid("structured_outputs", "sets both %q and %q: one constraint at a time", kind, k)
+		default:
+			kind = k
+		}
+	}
+	if kind == "" {
+		return invalid("structured_outputs", "sets no constraint")
+	}
 	return nil
 }
 

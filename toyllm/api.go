@@ -52,8 +52,10 @@ type samplingRequest struct {
 	IgnoreEOS              bool     `json:"ignore_eos"`
 	SkipSpecialTokens      *bool    `json:"skip_special_tokens"`
 	IncludeStopStrInOutput bool     `json:"include_stop_str_in_output"`
-	ReturnTokensAsTokenIDs bool     `json:"return_tokens_as_token_ids"`
-	ReturnTokenIDs         bool     `json:"return_token_ids"`
+	// StructuredOutputs is vLLM's guided decoding object (see constrainedReply).
+	StructuredOutputs      json.RawMessage `json:"structured_outputs"`
+	ReturnTokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
+	ReturnTokenIDs         bool            `json:"return_token_ids"`
 
 	// Features the toy model lacks: a request asking for one is refused
 	// rather than served without it.
@@ -451,6 +453,10 @@ func (r *samplingRequest) genParams() (genParams, error) {
 		ignoreEOS:   r.IgnoreEOS,
 		skipSpecial: r.SkipSpecialTokens == nil || *r.SkipSpecialTokens,
 		includeStop: r.IncludeStopStrInOutput,
+	}
+	var err error
+	if gp.constrained, err = constrainedReply(r.StructuredOutputs); err != nil {
+		return genParams{}, err
 	}
 	if t := r.Temperature; t != nil {
 		if *t < 0 {

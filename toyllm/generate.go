@@ -2,6 +2,7 @@ package toyllm
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"slices"
 )
@@ -32,6 +33,10 @@ type genParams struct {
 	// reasoning makes a reply to a bare generation prompt open a reasoning
 	// block itself (see Options.Reasoning).
 	reasoning bool
+	// constrained, when not nil, is the only reply the request's
+	// structured_outputs admits (see constrainedReply): each of its tokens
+	// is the one token the grammar leaves, sampled with probability 1.
+	constrained []byte
 }
 
 // isStopID reports whether tok ends generation as a stop token. Like a Qwen
@@ -158,7 +163,9 @@ func generate(st *genState, gp *genParams, pol *policy) {
 	tokRNG.Seed(seed, tokenStream)
 
 	var ok bool
-	if st.planText, ok = appendToolPlan(st.planText[:0], st.text); ok {
+	if gp.constrained != nil {
+		st.planText = append(st.planText[:0], gp.constrained...)
+	} else if st.planText, ok = appendToolPlan(st.planText[:0], st.text); ok {
 		// Tools are offered: call one, or answer with its result.
 	} else if st.planText, ok = appendJudgePlan(st.planText[:0], st.text); ok {
 		// A judge prompt: the verdict.
@@ -169,6 +176,7 @@ func generate(st *genState, gp *genParams, pol *policy) {
 		}
 	}
 	switch {
+	case gp.constrained != nil:
 	case bytes.HasSuffix(st.text, thinkingStart):
 		st.planText = appendReasoning(nil, st.text, st.planText)
 	case gp.reasoning && bytes.HasSuffix(st.text, replyStart):
@@ -214,10 +222,19 @@ func generate(st *genState, gp *genParams, pol *policy) {
 		lvl, m := d.sample(&gp.sampling, &tokRNG)
 		steps := stepTokens{planned, mt}
 		tok := steps.token(sl.groups[lvl], m)
-		st.ids = append(st.ids, tok)
-		st.logp = append(st.logp, float64(float32(d.logp[lvl])))
-		if gp.topN > 0 {
-			st.tops = appendTop(st.tops, d, sl, steps, gp.topN)
+		if gp.constrained != nil {
+			// The grammar masks every other token.
+			st.ids, st.logp = append(st.ids, planned), append(st.logp, 0)
+			if gp.topN > 0 {
+				st.tops = appendForced(st.tops, planned, gp.topN)
+			}
+			tok = planned
+		} else {
+			st.ids = append(st.ids, tok)
+			st.logp = append(st.logp, float64(float32(d.logp[lvl])))
+			if gp.topN > 0 {
+				st.tops = appendTop(st.tops, d, sl, steps, gp.topN)
+			}
 		}
 		st.offsets = append(st.offsets, int32(len(st.out)))
 
@@ -259,6 +276,19 @@ func appendTop(dst []alt, d *dist, sl *stepLevels, steps stepTokens, n int) []al
 	for lvl := 0; lvl < d.n && n > 0; lvl++ {
 		for m := 0; m < d.count[lvl] && n > 0; m++ {
 			dst = append(dst, alt{steps.token(sl.groups[lvl], m), float64(float32(d.logp[lvl]))})
+			n--
+		}
+	}
+	return dst
+}
+
+// appendForced appends the top entries of a step the grammar forced: the
+// planned token with logprob 0, then tokens the mask removed, with -Inf.
+func appendForced(dst []alt, planned int32, n int) []alt {
+	dst = append(dst, alt{planned, 0})
+	for id := int32(0); n > 1; id++ {
+		if id != planned {
+			dst = append(dst, alt{id, math.Inf(-1)})
 			n--
 		}
 	}

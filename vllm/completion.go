@@ -38,6 +38,9 @@ type CompletionRequest struct {
 	SkipSpecialTokens bool
 	// IncludeStopStrInOutput keeps a matched stop string in Text.
 	IncludeStopStrInOutput bool
+	// StructuredOutputs is vLLM's structured_outputs object (guided decoding: "json",
+	// "choice", "regex" ...); nil omits it.
+	StructuredOutputs json.RawMessage
 }
 
 // Completion is what the engine generated: the sampled token ids, each with
@@ -71,6 +74,8 @@ func (r *CompletionRequest) validate() error {
 		return fmt.Errorf("RepetitionPenalty %v, must be finite and >= 0", r.RepetitionPenalty)
 	case r.MinTokens < 0:
 		return fmt.Errorf("MinTokens %d, must be >= 0", r.MinTokens)
+	case len(r.StructuredOutputs) > 0 && !json.Valid(r.StructuredOutputs):
+		return errors.New("StructuredOutputs is not valid JSON")
 	}
 	return nil
 }
@@ -167,6 +172,10 @@ func appendCompletionRequest(b []byte, model string, r *CompletionRequest) []byt
 	}
 	if r.IncludeStopStrInOutput {
 		b = append(b, `,"include_stop_str_in_output":true`...)
+	}
+	if len(r.StructuredOutputs) > 0 {
+		b = append(b, `,"structured_outputs":`...)
+		b = append(b, r.StructuredOutputs...)
 	}
 	b = append(b, `,"n":1,"logprobs":0,"return_tokens_as_token_ids":true,"skip_special_tokens":`...)
 	b = strconv.AppendBool(b, r.SkipSpecialTokens)

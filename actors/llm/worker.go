@@ -603,6 +603,7 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 		IgnoreEOS:              sp.IgnoreEOS,
 		SkipSpecialTokens:      sp.SkipSpecialTokens,
 		IncludeStopStrInOutput: sp.IncludeStopStrInOutput,
+		StructuredOutputs:      sp.StructuredOutputs,
 	}
 	var out vllm.Completion
 	var callStart time.Time

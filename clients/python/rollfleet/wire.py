@@ -482,6 +482,7 @@ _SAMPLING = _Struct(
         ("ie", "ignore_eos", _bool),
         ("ss", "skip_special_tokens", _bool),
         ("is", "include_stop_str_in_output", _bool),
+        ("so", "structured_outputs", _bytes),
     ],
 )
 
