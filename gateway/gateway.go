@@ -101,6 +101,14 @@ type Options struct {
 	// ReasoningParser splits reasoning out of chat replies: ReasoningParserNone (the default,
 	// as vLLM without --reasoning-parser) or ReasoningParserQwen3.
 	ReasoningParser string
+	// NoContinueTrace renders every chat call's messages as they are, as vLLM does. By
+	// default a call whose messages repeat its session's last call and reply (with the same
+	// meaning) but whose rendering does not extend the session's trace, because the template
+	// rewrites history (Qwen3 dropping earlier reasoning), continues the trace instead: the
+	// prompt is the trace followed by the template's tokens for the new messages, so the
+	// model sees its earlier reasoning that a plain vLLM call would drop, and the session
+	// stays one segment.
+	NoContinueTrace bool
 	// Streams configures the streams created when missing.
 	Streams bus.StreamOptions
 	// Logger defaults to slog.Default().

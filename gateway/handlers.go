@@ -291,6 +291,8 @@ type call struct {
 	sampling   messages.SamplingParams
 	maxTokens  int32
 	pieces     bool // fetch each generated token's text, for logprobs
+	// rendered is a chat call's messages as rendered (see Gateway.chatPrompt).
+	rendered []messages.ChatMessage
 
 	reply  *messages.GenerateReply
 	texts  []string
@@ -559,11 +561,11 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 		return nil, err
 	}
 	c.metadata = keptMetadata(req.Metadata)
-	c.prompt, err = g.tokenize(ctx, &messages.ChatTokenizeRequest{
+	c.prompt, c.rendered, err = g.chatPrompt(ctx, c, &messages.ChatTokenizeRequest{
 		EpisodeID: c.key, Messages: plainMessages(req.Messages), AddGenerationPrompt: req.addGenerationPrompt(),
 		ContinueFinalMessage: req.ContinueFinalMessage, AddSpecialTokens: req.AddSpecialTokens,
 		ChatTemplateKwargs: kwargs, Tools: req.toolsJSON,
-	}, "")
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -606,6 +608,9 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 	}
 	if content != "" || (len(out.message.ToolCalls) == 0 && out.message.ReasoningContent == nil) {
 		out.message.Content = &content
+	}
+	if c.lease != nil {
+		c.lease.remember(c.rendered, &out.message, c.reply.EndOfTurn)
 	}
 	return out, nil
 }

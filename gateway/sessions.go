@@ -23,6 +23,9 @@ type segment struct {
 	// driftReason says why the segment began; empty for the first one.
 	driftReason string
 	versions    []int64 // distinct policy versions, in order
+	// last is the segment's last call when it was a chat call, for matching the next call's
+	// messages (see lastCall.restore); nil after any other call.
+	last *lastCall
 }
 
 // session is one client conversation. The fields under "guarded" belong to the store's mutex;
@@ -485,6 +488,7 @@ func (l *lease) record(prompt []int32, reply *messages.GenerateReply, promptText
 		s.segs = append(s.segs, seg)
 	}
 	rec.segment = len(s.segs) - 1
+	seg.last = nil // a chat call remembers itself once its reply is parsed
 	seg.tokens = append(seg.tokens, prompt[len(seg.tokens):]...)
 	seg.logprobs = append(seg.logprobs, make(messages.Logprobs, len(seg.tokens)-len(seg.logprobs))...)
 	start := len(seg.tokens)
@@ -495,6 +499,14 @@ func (l *lease) record(prompt []int32, reply *messages.GenerateReply, promptText
 	seg.genNanos += genNanos
 	seg.versions = append(seg.versions, reply.PolicyVersion)
 	return rec
+}
+
+// remember keeps the chat call just recorded as the current segment's last call: the
+// messages it rendered and the reply the gateway returned.
+func (l *lease) remember(msgs []messages.ChatMessage, out *chatOut, endOfTurn bool) {
+	if seg := l.current(); seg != nil {
+		seg.last = &lastCall{msgs: msgs, reply: replyMessage(out), endOfTurn: endOfTurn}
+	}
 }
 
 // segmentEpisodeID is the episode id of segment k of a session: the session id for the first,

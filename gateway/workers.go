@@ -193,7 +193,7 @@ func (g *Gateway) tokenize(ctx context.Context, req *messages.ChatTokenizeReques
 	case len(req.Messages) == 0:
 		subject = g.opts.Subjects.Tokenize()
 		msg = &messages.TokenizeRequest{V: messages.Version, EpisodeID: req.EpisodeID, Text: text, AddSpecialTokens: req.AddSpecialTokens, Deadline: dl}
-	case req.ContinueFinalMessage || len(req.ChatTemplateKwargs) > 0 || len(req.Tools) > 0 || hasExtras(req.Messages):
+	case req.AfterAssistant || req.ContinueFinalMessage || len(req.ChatTemplateKwargs) > 0 || len(req.Tools) > 0 || hasExtras(req.Messages):
 		subject = g.opts.Subjects.TokenizeChat()
 		req.V, req.Deadline = messages.Version, dl
 		msg = req

@@ -71,6 +71,12 @@ type ChatTokenizeRequest struct {
 	// Tools is the JSON array of tool definitions the template renders into the prompt (the
 	// API's "tools"), or empty.
 	Tools []byte `msgpack:"tl,omitempty"`
+	// AfterAssistant asks for the tokens the template puts after an assistant turn that these
+	// messages follow, rather than for the whole rendering: from the end-of-turn token closing
+	// the assistant turn through the messages (and the generation prompt when asked for). They
+	// are the same whatever the assistant wrote, so a client continuing a conversation whose
+	// tokens it holds appends them to those tokens.
+	AfterAssistant bool `msgpack:"aa,omitempty"`
 	// Deadline is as in GenerateRequest.
 	Deadline int64 `msgpack:"dl,omitempty"`
 }

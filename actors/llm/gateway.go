@@ -67,7 +67,8 @@ func (w *Worker) serveTokenizeChat(ctx context.Context, data []byte) *messages.T
 }
 
 // chatTokenizeReply asks a model server to render req's messages with the chat
-// template and tokenize them.
+// template and tokenize them, or with AfterAssistant for the tokens the
+// template puts after an assistant turn those messages follow.
 func (w *Worker) chatTokenizeReply(ctx context.Context, req *messages.ChatTokenizeRequest) *messages.TokenizeReply {
 	treq := vllm.TokenizeRequest{
 		Messages:             make([]vllm.Message, len(req.Messages)),
@@ -85,7 +86,11 @@ func (w *Worker) chatTokenizeReply(ctx context.Context, req *messages.ChatTokeni
 	var ids []int32
 	_, err := w.withEndpoint(ctx, req.EpisodeID, func(ctx context.Context, e *endpoint) error {
 		var err error
-		ids, err = e.client.Tokenize(ctx, treq)
+		if req.AfterAssistant {
+			ids, err = e.afterAssistant(ctx, treq)
+		} else {
+			ids, err = e.client.Tokenize(ctx, treq)
+		}
 		return err
 	})
 	if err != nil {

@@ -40,13 +40,6 @@ var errTemplateTurn = errors.New("llm: the chat template renders no user turn af
 // assistant turn when a user message with content follows it (see
 // messages.TokenizeRequest.Turn), rendered by the model server and cached
 // per content.
-//
-// Two renderings of one conversation that differ only in the assistant's
-// content ("a" or "b") share everything after that content: the template's
-// end-of-turn token, what it writes between messages, the user message and,
-// for TurnNext, the generation prompt. The content is followed by the
-// end-of-turn special token, where the tokenizer always splits, so these
-// tokens are the same whatever the model actually wrote.
 func (e *endpoint) turnTokens(ctx context.Context, content string, kind messages.TurnKind, kwargs []byte) ([]int32, error) {
 	key := tokcache.KeyOf(&messages.TokenizeRequest{Text: content, Turn: kind, ChatTemplateKwargs: kwargs})
 	cacheable := tokcache.Cacheable(content)
@@ -55,14 +48,35 @@ func (e *endpoint) turnTokens(ctx context.Context, content string, kind messages
 			return ids, nil
 		}
 	}
+	ids, err := e.afterAssistant(ctx, vllm.TokenizeRequest{
+		Messages:            []vllm.Message{{Role: "user", Content: content}},
+		AddGenerationPrompt: kind == messages.TurnNext,
+		ChatTemplateKwargs:  kwargs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cacheable {
+		e.tokens.Put(key, ids)
+	}
+	return ids, nil
+}
+
+// afterAssistant returns the tokens the model's chat template puts after an
+// assistant turn that req's messages follow, rendered by the model server
+// with req's settings.
+//
+// Two renderings of one conversation that differ only in the assistant's
+// content ("a" or "b") share everything after that content: the template's
+// end-of-turn token, what it writes between messages, the messages and the
+// generation prompt if asked for. The content is followed by the end-of-turn
+// special token, where the tokenizer always splits, so these tokens are the
+// same whatever the model actually wrote.
+func (e *endpoint) afterAssistant(ctx context.Context, req vllm.TokenizeRequest) ([]int32, error) {
+	appended := req.Messages
 	render := func(assistant string) ([]int32, error) {
-		return e.client.Tokenize(ctx, vllm.TokenizeRequest{
-			Messages: []vllm.Message{
-				{Role: "user", Content: "u"}, {Role: "assistant", Content: assistant}, {Role: "user", Content: content},
-			},
-			AddGenerationPrompt: kind == messages.TurnNext,
-			ChatTemplateKwargs:  kwargs,
-		})
+		req.Messages = append([]vllm.Message{{Role: "user", Content: "u"}, {Role: "assistant", Content: assistant}}, appended...)
+		return e.client.Tokenize(ctx, req)
 	}
 	a, err := render("a")
 	if err != nil {
@@ -79,9 +93,5 @@ func (e *endpoint) turnTokens(ctx context.Context, content string, kind messages
 	if n == 0 || n == len(a) || n == len(b) {
 		return nil, fmt.Errorf("%w (%d of %d tokens in common)", errTemplateTurn, n, min(len(a), len(b)))
 	}
-	ids := slices.Clip(a[len(a)-n:])
-	if cacheable {
-		e.tokens.Put(key, ids)
-	}
-	return ids, nil
+	return slices.Clip(a[len(a)-n:]), nil
 }

@@ -38,6 +38,7 @@ type gatewayCmd struct {
 	NoIdlessSessions bool          `help:"Serve calls without a session id unrecorded, instead of attaching them to a session by their tokens."`
 	ToolCallParser   string        `default:"hermes" enum:"hermes,none" help:"Read tool calls out of chat replies when a request offers tools (as vLLM's --tool-call-parser)."`
 	ReasoningParser  string        `default:"none" enum:"qwen3,none" help:"Split <think> reasoning out of chat replies (as vLLM's --reasoning-parser)."`
+	NoContinueTrace  bool          `help:"Render every chat call's messages as vLLM does, even when the template rewrites a session's history (Qwen3 dropping earlier reasoning): the session then starts a new segment instead of continuing its tokens."`
 	Prefix           string        `default:"rf" help:"Subject prefix."`
 	Replicas         int           `default:"1" help:"Stream replicas (3 on a JetStream cluster)."`
 	DataDir          string        `help:"Embedded server data dir (default: a temp dir, removed afterwards)."`
@@ -145,7 +146,8 @@ func (c *gatewayCmd) Run() error {
 		Subjects: subj, Env: c.Env, Model: c.Model, MaxModelLen: c.MaxModelLen, RequestTimeout: c.RequestTimeout,
 		SessionTTL: c.SessionTTL, MaxSessions: c.MaxSessions, MaxSessionTokens: c.MaxSessionTokens,
 		ToolCallParser: c.ToolCallParser, ReasoningParser: c.ReasoningParser, NoIdlessSessions: c.NoIdlessSessions,
-		Streams: bus.StreamOptions{Replicas: c.Replicas}, Logger: log,
+		NoContinueTrace: c.NoContinueTrace,
+		Streams:         bus.StreamOptions{Replicas: c.Replicas}, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,275 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rollfleet/rollfleet/messages"
+	"github.com/rollfleet/rollfleet/toyllm"
+)
+
+// TestRestore matches re-sent conversations against a remembered call: each rule of sameMessage
+// keeps the match (and hands back the originals), each edit of meaning breaks it.
+func TestRestore(t *testing.T) {
+	calls := func(id, args string) json.RawMessage {
+		b, _ := json.Marshal([]apiToolCall{{ID: id, Type: "function", Function: apiToolFunction{Name: "get_weather", Arguments: args}}})
+		return b
+	}
+	system := messages.ChatMessage{Role: "system", Content: "Use the tools."}
+	user := messages.ChatMessage{Role: "user", Content: "Weather in Paris?"}
+	lc := &lastCall{
+		msgs: []messages.ChatMessage{system, user},
+		reply: messages.ChatMessage{Role: "assistant", Content: "Let me look \xff\xfe up.", Reasoning: "I call a tool first.",
+			ToolCalls: calls("call-1", `{"city": "Paris", "days": 1.0, "units": {"t": "C", "w": "kmh"}}`)},
+	}
+	tool := messages.ChatMessage{Role: "tool", Content: `{"temp_c": 21}`, ToolCallID: "call-1"}
+	tests := []struct {
+		name   string
+		edit   func(ms []messages.ChatMessage) // edits the conversation a faithful client sends back
+		match  bool
+		toolID string // the tool message's call id after restoring, when matched
+	}{
+		{name: "as returned", edit: func([]messages.ChatMessage) {}, match: true},
+		{name: "arguments re-serialized", match: true, edit: func(ms []messages.ChatMessage) {
+			ms[2].ToolCalls = calls("call-1", `{"units":{"w":"kmh","t":"C"},"city":"Paris","days":1}`)
+		}},
+		{name: "arguments as an object", match: true, edit: func(ms []messages.ChatMessage) {
+			ms[2].ToolCalls = json.RawMessage(`[{"id":"call-1","function":{"name":"get_weather","arguments":{"city":"Paris","days":1,"units":{"t":"C","w":"kmh"}}}}]`)
+		}},
+		{name: "reasoning dropped", match: true, edit: func(ms []messages.ChatMessage) { ms[2].Reasoning = "" }},
+		{name: "names added", match: true, edit: func(ms []messages.ChatMessage) { ms[1].Name, ms[2].Name = "alice", "bot" }},
+		{name: "invalid bytes as one U+FFFD each", match: true, edit: func(ms []messages.ChatMessage) {
+			ms[2].Content = "Let me look \uFFFD\uFFFD up."
+		}},
+		{name: "invalid bytes as one U+FFFD", match: true, edit: func(ms []messages.ChatMessage) { ms[2].Content = "Let me look \uFFFD up." }},
+		{name: "call ids rewritten", match: true, toolID: "call-1", edit: func(ms []messages.ChatMessage) {
+			ms[2].ToolCalls = calls("sdk-7", `{"city":"Paris","days":1,"units":{"t":"C","w":"kmh"}}`)
+			ms[3].ToolCallID = "sdk-7"
+		}},
+		{name: "content edited", edit: func(ms []messages.ChatMessage) { ms[2].Content = "Let me look it up." }},
+		{name: "U+FFFD where the text was valid", edit: func(ms []messages.ChatMessage) { ms[2].Content = "Let me look \uFFFD\uFFFD up\uFFFD" }},
+		{name: "reasoning edited", edit: func(ms []messages.ChatMessage) { ms[2].Reasoning = "I know it." }},
+		{name: "argument value changed", edit: func(ms []messages.ChatMessage) {
+			ms[2].ToolCalls = calls("call-1", `{"city":"Oslo","days":1,"units":{"t":"C","w":"kmh"}}`)
+		}},
+		{name: "argument added", edit: func(ms []messages.ChatMessage) {
+			ms[2].ToolCalls = calls("call-1", `{"city":"Paris","days":1,"units":{"t":"C","w":"kmh"},"x":null}`)
+		}},
+		{name: "tool calls dropped", edit: func(ms []messages.ChatMessage) { ms[2].ToolCalls = nil }},
+		{name: "earlier message edited", edit: func(ms []messages.ChatMessage) { ms[1].Content = "Weather in Oslo?" }},
+		{name: "tool answer to an unknown call", edit: func(ms []messages.ChatMessage) { ms[3].ToolCallID = "call-9" }, match: true, toolID: "call-9"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sent := slices.Concat(lc.msgs, []messages.ChatMessage{lc.reply, tool})
+			tc.edit(sent)
+			before := slices.Clone(sent)
+			got, n := lc.restore(sent)
+			if !slices.EqualFunc(sent, before, equalMessage) {
+				t.Fatal("restore modified its argument")
+			}
+			if !tc.match {
+				if n != 0 || !slices.EqualFunc(got, sent, equalMessage) {
+					t.Fatalf("restored %d messages of an edited conversation", n)
+				}
+				return
+			}
+			if n != 3 {
+				t.Fatalf("restored %d messages, want 3", n)
+			}
+			want := slices.Concat(lc.msgs, []messages.ChatMessage{lc.reply, sent[3]})
+			if tc.toolID != "" {
+				want[3].ToolCallID = tc.toolID
+			}
+			if !slices.EqualFunc(got, want, equalMessage) {
+				t.Fatalf("restored\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}
+
+func equalMessage(a, b messages.ChatMessage) bool {
+	return a.Role == b.Role && a.Content == b.Content && a.Reasoning == b.Reasoning && string(a.ToolCalls) == string(b.ToolCalls) &&
+		a.ToolCallID == b.ToolCallID && a.Name == b.Name
+}
+
+// TestRestoreNeedsTheReply leaves a conversation alone that repeats the last call's messages
+// without its reply, or is shorter.
+func TestRestoreNeedsTheReply(t *testing.T) {
+	user := messages.ChatMessage{Role: "user", Content: "hi"}
+	lc := &lastCall{msgs: []messages.ChatMessage{user}, reply: messages.ChatMessage{Role: "assistant", Content: "hello"}}
+	for _, sent := range [][]messages.ChatMessage{
+		{user},
+		{user, {Role: "user", Content: "again"}},
+		{},
+	} {
+		if _, n := lc.restore(sent); n != 0 {
+			t.Errorf("%v: restored %d messages", sent, n)
+		}
+	}
+}
+
+// TestContentParts decodes content given as text parts to the text a string gives, so a
+// client sending parts repeats the message.
+func TestContentParts(t *testing.T) {
+	var parts, text chatMessage
+	if err := json.Unmarshal([]byte(`{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}`), &parts); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(`{"role":"assistant","content":"a\nb"}`), &text); err != nil {
+		t.Fatal(err)
+	}
+	if !sameMessage(parts.ChatMessage, text.ChatMessage, map[string]string{}) {
+		t.Fatalf("parts %q and text %q differ", parts.Content, text.Content)
+	}
+}
+
+// agentRewrite changes an assistant message (and the tool messages answering it) as an agent
+// framework sends it back.
+type agentRewrite func(reply map[string]any, toolIDs map[string]string)
+
+// TestAgentRewritesKeepOneSegment runs a tool-using conversation of three calls (a tool call,
+// an answer after the tool result, an answer to a new user message) as agents send it back:
+// each rewrite that keeps the meaning keeps the session one segment; an edit starts a new one.
+func TestAgentRewritesKeepOneSegment(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	tests := []struct {
+		name    string
+		rewrite agentRewrite
+		drift   []bool // per call
+	}{
+		{"as returned", func(map[string]any, map[string]string) {}, []bool{false, false, false}},
+		{"arguments through JSON.stringify", func(reply map[string]any, _ map[string]string) {
+			for _, c := range asList(reply["tool_calls"]) {
+				fn := c.(map[string]any)["function"].(map[string]any)
+				var v any
+				if err := json.Unmarshal([]byte(fn["arguments"].(string)), &v); err != nil {
+					t.Fatal(err)
+				}
+				b, _ := json.Marshal(v)
+				fn["arguments"] = string(b)
+			}
+		}, []bool{false, false, false}},
+		{"content as text parts", func(reply map[string]any, _ map[string]string) {
+			if text, ok := reply["content"].(string); ok {
+				reply["content"] = []any{map[string]any{"type": "text", "text": text}}
+			}
+		}, []bool{false, false, false}},
+		{"names added", func(reply map[string]any, _ map[string]string) { reply["name"] = "weather-bot" }, []bool{false, false, false}},
+		{"call ids rewritten", func(reply map[string]any, ids map[string]string) {
+			for i, c := range asList(reply["tool_calls"]) {
+				call := c.(map[string]any)
+				ids[call["id"].(string)] = "sdk-call-" + strconv.Itoa(i)
+				call["id"] = "sdk-call-" + strconv.Itoa(i)
+			}
+		}, []bool{false, false, false}},
+		{"history edited", func(reply map[string]any, _ map[string]string) {
+			if text, ok := reply["content"].(string); ok {
+				reply["content"] = text + " (edited)"
+			}
+		}, []bool{false, false, true}},
+	}
+	for k, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			session := "agent-" + strconv.Itoa(k)
+			msgs := []any{map[string]any{"role": "user", "content": "What is the weather in Paris?"}}
+			for call, wantDrift := range tc.drift {
+				r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", map[string]string{HeaderSessionID: session}, map[string]any{
+					"messages": msgs, "tools": []any{jsonValue(t, weatherTool)}, "max_tokens": 400, "temperature": 0,
+				})
+				if got := r.header.Get(HeaderDrift); got != strconv.FormatBool(wantDrift) {
+					t.Fatalf("call %d: %s %q, want %v", call, HeaderDrift, got, wantDrift)
+				}
+				var out struct {
+					Choices []struct {
+						Message map[string]any `json:"message"`
+					} `json:"choices"`
+				}
+				if err := r.decode(&out); err != nil {
+					t.Fatal(err)
+				}
+				reply := out.Choices[0].Message
+				if call == 0 && len(asList(reply["tool_calls"])) != 1 {
+					t.Fatalf("first reply %v, want a tool call", reply)
+				}
+				ids := map[string]string{}
+				tc.rewrite(reply, ids)
+				msgs = append(msgs, reply)
+				if calls := asList(reply["tool_calls"]); len(calls) > 0 {
+					for _, c := range calls {
+						msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": c.(map[string]any)["id"], "content": `{"temp_c": 21}`})
+					}
+				} else {
+					msgs = append(msgs, map[string]any{"role": "user", "content": "And tomorrow?"})
+				}
+			}
+			var sum summary
+			if err := f.must(t, http.StatusOK, http.MethodGet, "/v1/sessions/"+session, nil, nil).decode(&sum); err != nil {
+				t.Fatal(err)
+			}
+			want := 1
+			if slices.Contains(tc.drift, true) {
+				want = 2
+			}
+			if sum.Calls != len(tc.drift) || sum.Segments != want {
+				t.Fatalf("session of %d calls in %d segments, want %d in %d", sum.Calls, sum.Segments, len(tc.drift), want)
+			}
+		})
+	}
+}
+
+// TestReplacementCharactersContinueTrace sends back a reply whose sampled bytes are not valid
+// UTF-8 as the client read it, with U+FFFD: the conversation matches, and since no rendering
+// of the text gives the sampled bytes back, the prompt continues the trace, unless
+// NoContinueTrace, which starts a new segment.
+func TestReplacementCharactersContinueTrace(t *testing.T) {
+	for _, noContinue := range []bool{false, true} {
+		t.Run("NoContinueTrace="+strconv.FormatBool(noContinue), func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{gateway: Options{NoContinueTrace: noContinue}})
+			user := messages.ChatMessage{Role: "user", Content: "hi"}
+			var tok struct {
+				Tokens []int32 `json:"tokens"`
+			}
+			if err := f.must(t, http.StatusOK, http.MethodPost, "/tokenize", nil, map[string]any{"messages": []any{user}}).decode(&tok); err != nil {
+				t.Fatal(err)
+			}
+			// The session's first call, recorded as the gateway records one: its reply sampled
+			// two bytes that are no UTF-8.
+			text := "ok \xff\xfe done"
+			reply := &messages.GenerateReply{Tokens: append(toyllm.Tokenizer{}.Encode(text), toyllm.ImEndID), Text: text,
+				FinishReason: "stop", EndOfTurn: true}
+			reply.Logprobs = make(messages.Logprobs, len(reply.Tokens))
+			l, err := f.gw.sessions.acquire("fffd", true, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.record(tok.Tokens, reply, user.Content, 0, time.Now())
+			l.remember([]messages.ChatMessage{user}, &chatOut{Role: "assistant", Content: &text}, reply.EndOfTurn)
+			trace := slices.Concat(tok.Tokens, reply.Tokens)
+			l.release(true, time.Now())
+
+			r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", map[string]string{HeaderSessionID: "fffd"}, map[string]any{
+				"messages": []any{user, map[string]any{"role": "assistant", "content": "ok \uFFFD\uFFFD done"}, map[string]any{"role": "user", "content": "more"}},
+				"max_tokens": 8, "return_token_ids": true,
+			})
+			var out chatTurn
+			if err := r.decode(&out); err != nil {
+				t.Fatal(err)
+			}
+			extended := len(out.PromptTokenIDs) > len(trace) && slices.Equal(out.PromptTokenIDs[:len(trace)], trace)
+			if drift := r.header.Get(HeaderDrift) == "true"; drift != noContinue || extended == noContinue {
+				t.Fatalf("drift %v, prompt extends the trace %v; want drift %v", drift, extended, noContinue)
+			}
+			if !noContinue {
+				want := toyllm.Tokenizer{}.Encode("\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n")
+				if tail := out.PromptTokenIDs[len(trace):]; !slices.Equal(tail, want) {
+					t.Fatalf("prompt after the trace %q, want the new user turn %q", toyllm.Tokenizer{}.Decode(tail), toyllm.Tokenizer{}.Decode(want))
+				}
+			}
+		})
+	}
+}
