@@ -51,8 +51,11 @@ type samplingFields struct {
 		SessionID *string `json:"session_id"`
 	} `json:"extra_body"`
 
+	// Stream asks for the answer as server-sent events (see streamChat).
+	Stream        bool           `json:"stream"`
+	StreamOptions *streamOptions `json:"stream_options"`
+
 	// Features the gateway cannot honour: a request asking for one is refused.
-	Stream            bool               `json:"stream"`
 	Echo              bool               `json:"echo"`
 	BestOf            *int64             `json:"best_of"`
 	UseBeamSearch     bool               `json:"use_beam_search"`
@@ -497,9 +500,10 @@ func (f *samplingFields) refused() error {
 		raw = bytes.TrimSpace(raw)
 		return len(raw) > 0 && string(raw) != "null"
 	}
+	if err := f.checkStream(); err != nil {
+		return err
+	}
 	switch {
-	case f.Stream:
-		return vllmapi.BadRequest("stream is not supported by the gateway")
 	case f.Echo:
 		return vllmapi.BadRequest("echo is not supported by the gateway")
 	case f.BestOf != nil && *f.BestOf != 1:

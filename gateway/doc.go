@@ -30,8 +30,8 @@
 // into tool_calls (Options.ToolCallParser, Hermes/Qwen format); reasoning of re-sent assistant
 // turns is rendered too and split out of replies (Options.ReasoningParser, Qwen3's <think>);
 // reasoning_effort is passed to the template. Features the gateway cannot honour (n > 1, top
-// alternatives in logprobs, streaming, tool_choice "required", guided decoding, ...) are
-// refused with a 400 rather than ignored. Errors have OpenAI's body, {"error": {"message",
+// alternatives in logprobs, tool_choice "required", guided decoding, ...) are refused with a
+// 400 rather than ignored. Errors have OpenAI's body, {"error": {"message",
 // "type", "param", "code"}}: type "invalid_request_error" for a 4xx and "server_error" for a
 // 5xx, param the path of a body field of the wrong JSON type, code null. The status is 400
 // for a bad request, a prompt beyond the context window or a request the model server
@@ -41,6 +41,18 @@
 // 503 when no LLM worker or model server can serve the call and 504 when they do not answer
 // in time. A message is in the client's terms: the addresses, subjects and wording of what
 // failed behind the gateway go to its log only.
+//
+// # Streaming
+//
+// With "stream": true the three generation endpoints answer with server-sent events, as
+// OpenAI and vLLM stream them: chat.completion.chunk and text_completion chunks ending with
+// "data: [DONE]" (and a usage chunk first with stream_options.include_usage), and for
+// Responses the response.created … response.completed events. The model side does not
+// stream: a call is generated whole and recorded in its session before its first event is
+// written, so the first byte comes when the whole answer is ready, and a client that goes
+// away mid-stream leaves its session with the call recorded whole, or (gone during the
+// generation) not at all, never in part. Text comes one delta per token when the tokens'
+// texts are fetched (with logprobs), else in one delta.
 //
 // # Sessions
 //

@@ -544,7 +544,7 @@ func TestRequestErrors(t *testing.T) {
 			want: "the model server refused the request: presence, frequency and repetition penalties are not supported by toyllm"},
 		{name: "top_logprobs", path: "/v1/chat/completions", body: chatBody(map[string]any{"logprobs": true, "top_logprobs": 2}), status: 400, want: "top_logprobs"},
 		{name: "completion logprobs", path: "/v1/completions", body: map[string]any{"prompt": "hi", "logprobs": 3}, status: 400, want: "logprobs"},
-		{name: "stream", path: "/v1/chat/completions", body: chatBody(map[string]any{"stream": true}), status: 400, want: "stream"},
+		{name: "stream_options without stream", path: "/v1/chat/completions", body: chatBody(map[string]any{"stream_options": map[string]any{}}), status: 400, want: "stream_options"},
 		{name: "tools", path: "/v1/chat/completions", body: chatBody(map[string]any{"tools": []any{map[string]any{"type": "function"}}}), status: 400, want: "tools"},
 		{name: "both template flags", path: "/v1/chat/completions", body: chatBody(map[string]any{"continue_final_message": true}), status: 400, want: "continue_final_message"},
 		{name: "top_p", path: "/v1/chat/completions", body: chatBody(map[string]any{"top_p": 0}), status: 400, want: "top_p"},

@@ -538,6 +538,10 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 		resp.PromptTokenIDs = c.prompt
 	}
 	c.end()
+	if req.Stream {
+		g.streamChat(w, c, &resp, req.includeUsage())
+		return nil
+	}
 	c.setHeaders(w)
 	writeJSON(w, http.StatusOK, resp)
 	return nil
@@ -698,12 +702,17 @@ func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error
 	if req.ReturnTokenIDs {
 		choice.TokenIDs, choice.PromptTokenIDs = c.reply.Tokens, c.prompt
 	}
-	c.end()
-	c.setHeaders(w)
-	writeJSON(w, http.StatusOK, completionResponse{
+	resp := completionResponse{
 		ID: g.nextID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: model.ID,
 		Choices: []completionChoice{choice}, Usage: c.usage(),
-	})
+	}
+	c.end()
+	if req.Stream {
+		g.streamCompletion(w, c, &resp, req.includeUsage())
+		return nil
+	}
+	c.setHeaders(w)
+	writeJSON(w, http.StatusOK, resp)
 	return nil
 }
 

@@ -345,6 +345,10 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 	u := c.usage()
 	resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.Usage.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
 	c.end()
+	if rr.Stream {
+		g.streamResponse(w, c, &resp)
+		return nil
+	}
 	c.setHeaders(w)
 	writeJSON(w, http.StatusOK, resp)
 	return nil
