@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollfleet/rollfleet/internal/tokenizertest"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
@@ -253,7 +254,7 @@ func TestReplacementCharactersContinueTrace(t *testing.T) {
 			l.release(true, time.Now())
 
 			r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", map[string]string{HeaderSessionID: "fffd"}, map[string]any{
-				"messages": []any{user, map[string]any{"role": "assistant", "content": "ok \uFFFD\uFFFD done"}, map[string]any{"role": "user", "content": "more"}},
+				"messages":   []any{user, map[string]any{"role": "assistant", "content": "ok \uFFFD\uFFFD done"}, map[string]any{"role": "user", "content": "more"}},
 				"max_tokens": 8, "return_token_ids": true,
 			})
 			var out chatTurn
@@ -269,6 +270,89 @@ func TestReplacementCharactersContinueTrace(t *testing.T) {
 				if tail := out.PromptTokenIDs[len(trace):]; !slices.Equal(tail, want) {
 					t.Fatalf("prompt after the trace %q, want the new user turn %q", toyllm.Tokenizer{}.Decode(tail), toyllm.Tokenizer{}.Decode(want))
 				}
+			}
+		})
+	}
+}
+
+// TestThinkingTemplateContinuesTrace runs a Qwen3 conversation of three calls (a tool call, an
+// answer to the tool result, an answer to a new user message) with the real tokenizer and a
+// model that reasons. The template drops the earlier turns' reasoning once the new user
+// message follows, so the third call's messages no longer render to the trace: the prompt is
+// the trace followed by the new user turn, and the session stays one segment, unless
+// NoContinueTrace, which renders as vLLM does and starts a second segment.
+func TestThinkingTemplateContinuesTrace(t *testing.T) {
+	mt, err := toyllm.LoadModelTokenizer(tokenizertest.Dir(t, "qwen3"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, noContinue := range []bool{false, true} {
+		t.Run("NoContinueTrace="+strconv.FormatBool(noContinue), func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{toy: toyllm.Options{Tokenizer: mt, Reasoning: true},
+				gateway: Options{ReasoningParser: ReasoningParserQwen3, NoContinueTrace: noContinue}})
+			tools := []any{jsonValue(t, weatherTool)}
+			msgs := []any{map[string]any{"role": "user", "content": "What is the weather in Paris?"}}
+			var trace []int32
+			for call := range 3 {
+				r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", map[string]string{HeaderSessionID: "qwen"}, map[string]any{
+					"messages": msgs, "tools": tools, "max_tokens": 200, "temperature": 0, "return_token_ids": true,
+				})
+				var out struct {
+					PromptTokenIDs []int32 `json:"prompt_token_ids"`
+					Choices        []struct {
+						Message  map[string]any `json:"message"`
+						TokenIDs []int32        `json:"token_ids"`
+					} `json:"choices"`
+				}
+				if err := r.decode(&out); err != nil {
+					t.Fatal(err)
+				}
+				reply := out.Choices[0].Message
+				if reply["reasoning_content"] == nil || call == 0 && len(asList(reply["tool_calls"])) != 1 {
+					t.Fatalf("call %d: reply %v, want reasoning, and a tool call first", call, reply)
+				}
+				wantDrift := noContinue && call == 2
+				if got := r.header.Get(HeaderDrift); got != strconv.FormatBool(wantDrift) {
+					t.Fatalf("call %d: %s %q, want %v", call, HeaderDrift, got, wantDrift)
+				}
+				if call == 2 {
+					var plain struct {
+						Tokens []int32 `json:"tokens"`
+					}
+					if err := f.must(t, http.StatusOK, http.MethodPost, "/tokenize", nil, map[string]any{"messages": msgs, "tools": tools}).decode(&plain); err != nil {
+						t.Fatal(err)
+					}
+					if len(plain.Tokens) > len(trace) && slices.Equal(plain.Tokens[:len(trace)], trace) {
+						t.Fatal("the template kept the earlier reasoning: nothing to continue")
+					}
+					if !noContinue {
+						// The reply's sampled <|im_end|> closes its turn; the new user turn follows.
+						tail := mt.Tokenizer().Encode("\n<|im_start|>user\nAnd tomorrow?<|im_end|>\n<|im_start|>assistant\n", false)
+						if want := slices.Concat(trace, tail); !slices.Equal(out.PromptTokenIDs, want) {
+							t.Fatalf("third prompt\n%q\nwant the trace and the new user turn\n%q",
+								mt.Tokenizer().Decode(out.PromptTokenIDs, false), mt.Tokenizer().Decode(want, false))
+						}
+					}
+				}
+				trace = slices.Concat(out.PromptTokenIDs, out.Choices[0].TokenIDs)
+				if trace[len(trace)-1] != mt.EndOfTurn() {
+					t.Fatalf("call %d: reply %q does not end its turn", call, mt.Tokenizer().Decode(out.Choices[0].TokenIDs, false))
+				}
+				msgs = append(msgs, reply)
+				if calls := asList(reply["tool_calls"]); len(calls) > 0 {
+					for _, c := range calls {
+						msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": c.(map[string]any)["id"], "content": `{"temp_c": 21}`})
+					}
+				} else {
+					msgs = append(msgs, map[string]any{"role": "user", "content": "And tomorrow?"})
+				}
+			}
+			var sum summary
+			if err := f.must(t, http.StatusOK, http.MethodGet, "/v1/sessions/qwen", nil, nil).decode(&sum); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{false: 1, true: 2}[noContinue]; sum.Calls != 3 || sum.Segments != want {
+				t.Fatalf("session of %d calls in %d segments, want 3 in %d", sum.Calls, sum.Segments, want)
 			}
 		})
 	}

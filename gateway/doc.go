@@ -68,6 +68,33 @@
 // it is never merged, and the answer's X-Session-Drift header says so. Calls on one session
 // must be sequential: a second call while one is running gets a 409.
 //
+// # Conversations sent back
+//
+// Agent frameworks send a conversation back re-serialized, which renders to other tokens than
+// the model sampled. A session therefore remembers its current segment's last chat call: the
+// messages as rendered and the reply as returned (content, reasoning, tool calls with their
+// exact argument text). A chat call on a named session whose messages begin with those
+// messages and then an assistant message meaning the same as the reply gets the originals in
+// their place before rendering. Two messages mean the same when they have the same role and
+//   - content equal as text (text parts joined with newlines), or equal once each run of
+//     U+FFFD and invalid UTF-8 bytes in either is taken as one unreadable run;
+//   - reasoning equal by that rule, or absent from the client's copy (clients drop it);
+//   - tool calls as many, in order, with the same function names and arguments equal as JSON
+//     values (any whitespace, key order or number spelling; a string or the object itself);
+//     call ids may differ, and tool messages answering a rewritten id get the original back;
+//   - the same tool_call_id after that mapping; names are ignored (the original's stay).
+//
+// When the matched conversation still renders to a prompt that does not extend the trace (a
+// template that drops earlier turns' reasoning, as Qwen3's does once a new user message
+// follows; U+FFFD, which never renders back to the bytes sampled), the prompt is the trace
+// followed by the template's tokens for the messages after the reply
+// (messages.ChatTokenizeRequest.AfterAssistant), the reply's sampled end-of-turn token kept in
+// place of the template's: the model sees its earlier turns exactly as sampled, including
+// reasoning a plain vLLM rendering would drop, and the session stays one segment.
+// Options.NoContinueTrace renders as vLLM does instead, and the call starts a new segment. An
+// edited history matches nothing and drifts as before. Calls without a session id are
+// attached by their rendered tokens, before a session is known, so they are rendered as sent.
+//
 // Finishing a session with a reward publishes one Trajectory per segment on the trajectory
 // subject of its env, with the episode id as JetStream message id so that a retried finish
 // never stores twice: episode id "<session>" for the first segment and "<session>/seg<k>" for

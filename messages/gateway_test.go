@@ -36,6 +36,9 @@ func TestGatewayMessagesRoundTrip(t *testing.T) {
 		V: Version, EpisodeID: "s", Messages: []ChatMessage{{Role: "user", Content: "x"}, {Role: "assistant", Content: "y"}},
 		ContinueFinalMessage: true, AddSpecialTokens: true, ChatTemplateKwargs: []byte(`{"enable_thinking":false}`), Deadline: 9,
 	})
+	gatewayRoundTrip(t, &ChatTokenizeRequest{
+		V: Version, Messages: []ChatMessage{{Role: "tool", Content: "21", ToolCallID: "c1"}}, AddGenerationPrompt: true, AfterAssistant: true,
+	})
 	// The optional sampling fields travel in a GenerateRequest.
 	req := sampleGenerateRequest()
 	req.Sampling.MinP, req.Sampling.PresencePenalty, req.Sampling.FrequencyPenalty = 0.05, -0.5, 1

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rollfleet/rollfleet/chat"
+	"github.com/rollfleet/rollfleet/internal/tokenizertest"
 	"github.com/rollfleet/rollfleet/messages"
 	"github.com/rollfleet/rollfleet/toyllm"
 )
@@ -78,6 +79,51 @@ func TestTokenizeChat(t *testing.T) {
 		&messages.ChatTokenizeRequest{V: messages.Version, Messages: msgs, AddGenerationPrompt: true, ContinueFinalMessage: true})
 	if bad.Code != messages.CodeInvalid || !strings.Contains(bad.Error, "continue_final_message") {
 		t.Errorf("both flags: %q (%s)", bad.Error, bad.Code)
+	}
+}
+
+// TestTokenizeChatAfterAssistant asks for the tokens a template puts after an assistant turn
+// that messages follow: from the end-of-turn token through the messages, with the request's
+// tools, template kwargs and generation prompt applied.
+func TestTokenizeChatAfterAssistant(t *testing.T) {
+	tools := []byte(`[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`)
+	for _, tc := range []struct {
+		name  string
+		model string // a real tokenizer's, or "" for the byte-level stand-in
+		req   messages.ChatTokenizeRequest
+		want  string
+	}{
+		{"tool result", "", messages.ChatTokenizeRequest{
+			Messages: []messages.ChatMessage{{Role: "tool", Content: `{"temp_c": 21}`, ToolCallID: "call-1"}}, AddGenerationPrompt: true, Tools: tools,
+		}, "<|im_end|>\n<|im_start|>user\n<tool_response>\n{\"temp_c\": 21}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"},
+		{"qwen3 without thinking", "qwen3", messages.ChatTokenizeRequest{
+			Messages: []messages.ChatMessage{{Role: "user", Content: "And tomorrow?"}}, AddGenerationPrompt: true, Tools: tools,
+			ChatTemplateKwargs: []byte(`{"enable_thinking":false}`),
+		}, "<|im_end|>\n<|im_start|>user\nAnd tomorrow?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := toyllm.Options{}
+			encode := func(s string) []int32 { return toyllm.Tokenizer{}.Encode(s) }
+			if tc.model != "" {
+				mt, err := toyllm.LoadModelTokenizer(tokenizertest.Dir(t, tc.model), "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts.Tokenizer = mt
+				encode = func(s string) []int32 { return mt.Tokenizer().Encode(s, false) }
+			}
+			f := newFixture(t)
+			f.start(t, Options{}, newModel(t, opts, nil))
+			req := tc.req
+			req.V, req.EpisodeID, req.AfterAssistant = messages.Version, "ep", true
+			rep := request[messages.TokenizeReply](t, f, f.subj.TokenizeChat(), &req)
+			if rep.Error != "" {
+				t.Fatalf("error reply: %s (%s)", rep.Error, rep.Code)
+			}
+			if want := encode(tc.want); !slices.Equal(rep.Tokens, want) {
+				t.Errorf("tokens %v, want %v (%q)", rep.Tokens, want, tc.want)
+			}
+		})
 	}
 }
 
