@@ -185,8 +185,8 @@ func (g *Gateway) streamChat(w http.ResponseWriter, c *call, resp *chatResponse,
 	s := startStream(w, c)
 	choice := &resp.Choices[0]
 	msg := choice.Message
-	chunk := func(ch chunkChoice) chatChunk {
-		return chatChunk{ID: resp.ID, Object: "chat.completion.chunk", Created: resp.Created, Model: resp.Model, Choices: []chunkChoice{ch}}
+	chunk := func(chs ...chunkChoice) chatChunk {
+		return chatChunk{ID: resp.ID, Object: "chat.completion.chunk", Created: resp.Created, Model: resp.Model, Choices: append([]chunkChoice{}, chs...)}
 	}
 	first := chunk(chunkChoice{Delta: chatDelta{Role: msg.Role}})
 	// Empty texts begin the fields the answer has, so that a reply's empty content or
@@ -235,7 +235,8 @@ func (g *Gateway) streamChat(w http.ResponseWriter, c *call, resp *chatResponse,
 	}
 	s.send("", chunk(chunkChoice{FinishReason: &choice.FinishReason}))
 	if includeUsage {
-		u := chatChunk{ID: resp.ID, Object: "chat.completion.chunk", Created: resp.Created, Model: resp.Model, Choices: []chunkChoice{}, Usage: &resp.Usage}
+		u := chunk()
+		u.Usage = &resp.Usage
 		s.send("", u)
 	}
 	s.done()
@@ -274,8 +275,8 @@ type completionChunkChoice struct {
 func (g *Gateway) streamCompletion(w http.ResponseWriter, c *call, resp *completionResponse, includeUsage bool) {
 	s := startStream(w, c)
 	choice := &resp.Choices[0]
-	chunk := func(ch completionChunkChoice) completionChunk {
-		return completionChunk{ID: resp.ID, Object: "text_completion", Created: resp.Created, Model: resp.Model, Choices: []completionChunkChoice{ch}}
+	chunk := func(chs ...completionChunkChoice) completionChunk {
+		return completionChunk{ID: resp.ID, Object: "text_completion", Created: resp.Created, Model: resp.Model, Choices: append([]completionChunkChoice{}, chs...)}
 	}
 	prompt := choice.PromptTokenIDs
 	for _, p := range textPieces(c) {
@@ -297,8 +298,9 @@ func (g *Gateway) streamCompletion(w http.ResponseWriter, c *call, resp *complet
 	}
 	s.send("", chunk(completionChunkChoice{FinishReason: &choice.FinishReason, PromptTokenIDs: prompt}))
 	if includeUsage {
-		s.send("", completionChunk{ID: resp.ID, Object: "text_completion", Created: resp.Created, Model: resp.Model,
-			Choices: []completionChunkChoice{}, Usage: &resp.Usage})
+		u := chunk()
+		u.Usage = &resp.Usage
+		s.send("", u)
 	}
 	s.done()
 	g.endStream(c, s)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -115,7 +116,7 @@ func reassembleChat(t *testing.T, events []sseEvent) (resp chatResponse, usages,
 				ch.Message.ToolCalls = append(ch.Message.ToolCalls, apiToolCall{})
 			}
 			call := &ch.Message.ToolCalls[tc.Index]
-			call.ID, call.Type = cmpOr(tc.ID, call.ID), cmpOr(tc.Type, call.Type)
+			call.ID, call.Type = cmp.Or(tc.ID, call.ID), cmp.Or(tc.Type, call.Type)
 			call.Function.Name += tc.Function.Name
 			call.Function.Arguments += tc.Function.Arguments
 		}
@@ -132,13 +133,6 @@ func reassembleChat(t *testing.T, events []sseEvent) (resp chatResponse, usages,
 		}
 	}
 	return resp, usages, withLogprobs
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // reassembleCompletion rebuilds a completion from its chunks.
