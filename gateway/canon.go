@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"hash"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -220,9 +223,86 @@ func sameJSON(a, b any) bool {
 	}
 }
 
+// conversationHashes hashes msgs by what sameMessage compares, so that messages meaning the
+// same hash alike: for each assistant message msgs[n], the hash of msgs[:n+1], keyed by n.
+func conversationHashes(msgs []messages.ChatMessage) map[int]uint64 {
+	h := fnv.New64a()
+	out := map[int]uint64{}
+	for n, m := range msgs {
+		writeMessageKey(h, m)
+		if m.Role == "assistant" {
+			out[n] = h.Sum64()
+		}
+	}
+	return out
+}
+
+// hash is the hash of the last call's messages and reply (conversationHashes).
+func (lc *lastCall) hash() uint64 {
+	return conversationHashes(append(slices.Clip(lc.msgs), lc.reply))[len(lc.msgs)]
+}
+
+// writeMessageKey writes what sameMessage compares of m, except what may differ between
+// messages meaning the same: reasoning (clients drop it), call ids and names.
+func writeMessageKey(h hash.Hash64, m messages.ChatMessage) {
+	var b []byte
+	b = append(append(b, m.Role...), 0)
+	b = append(append(b, unreadableRuns(m.Content)...), 0)
+	var calls []toolCall
+	if json.Unmarshal(m.ToolCalls, &calls) == nil {
+		for _, c := range calls {
+			b = append(append(b, c.Function.Name...), 0)
+			text := argumentsText(c.Function.Arguments)
+			if v, ok := parseJSON(text); ok {
+				b = appendCanonicalJSON(b, v)
+			} else {
+				b = append(b, text...)
+			}
+			b = append(b, 0)
+		}
+	}
+	h.Write(append(b, 1))
+}
+
+// appendCanonicalJSON appends a parsed JSON value in one spelling of all that sameJSON finds
+// equal: object keys sorted, numbers by value.
+func appendCanonicalJSON(b []byte, v any) []byte {
+	switch v := v.(type) {
+	case map[string]any:
+		b = append(b, '{')
+		for i, k := range slices.Sorted(maps.Keys(v)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, k)
+			b = appendCanonicalJSON(append(b, ':'), v[k])
+		}
+		return append(b, '}')
+	case []any:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendCanonicalJSON(b, e)
+		}
+		return append(b, ']')
+	case json.Number:
+		if f, err := strconv.ParseFloat(string(v), 64); err == nil {
+			return strconv.AppendFloat(b, f, 'g', -1, 64)
+		}
+		return append(b, v...)
+	case string:
+		return strconv.AppendQuote(b, v)
+	default: // bool or nil
+		return fmt.Append(b, v)
+	}
+}
+
 // chatPrompt renders and tokenizes a chat call's messages and returns the prompt and the
-// messages rendered. Messages repeating the session's last call and its reply are first
-// replaced by the originals (lastCall.restore). When they were, and still render to a prompt
+// messages rendered. A call without a session id takes the session whose last call and
+// reply its messages repeat, if any (store.byConversation). Messages repeating the session's
+// last call and its reply are first replaced by the originals (lastCall.restore). When they were, and still render to a prompt
 // that does not extend the trace (a template that drops earlier turns' reasoning, or text
 // that does not tokenize back to what was sampled), the prompt is the trace followed by the
 // template's tokens for the messages after the reply, unless Options.NoContinueTrace: the
@@ -230,6 +310,13 @@ func sameJSON(a, b any) bool {
 func (g *Gateway) chatPrompt(ctx context.Context, c *call, req *messages.ChatTokenizeRequest) ([]int32, []messages.ChatMessage, error) {
 	var seg *segment
 	n := 0
+	if c.idless {
+		// A call without an id finds its session by its conversation, before rendering.
+		if l := g.sessions.byConversation(c.scope, req.Messages); l != nil {
+			c.lease, c.key, c.idless = l, l.s.id, false
+			req.EpisodeID = c.key
+		}
+	}
 	if c.lease != nil {
 		if seg = c.lease.current(); seg != nil && seg.last != nil {
 			req.Messages, n = seg.last.restore(req.Messages)

@@ -82,6 +82,10 @@ func TestRestore(t *testing.T) {
 			if n != 3 {
 				t.Fatalf("restored %d messages, want 3", n)
 			}
+			// Calls without a session id find it by this hash.
+			if h := conversationHashes(sent)[2]; h != lc.hash() {
+				t.Fatalf("conversation hash %x, the remembered call's %x", h, lc.hash())
+			}
 			want := slices.Concat(lc.msgs, []messages.ChatMessage{lc.reply, sent[3]})
 			if tc.toolID != "" {
 				want[3].ToolCallID = tc.toolID
@@ -129,9 +133,9 @@ func TestContentParts(t *testing.T) {
 	}
 }
 
-// agentRewrite changes an assistant message (and the tool messages answering it) as an agent
-// framework sends it back.
-type agentRewrite func(reply map[string]any, toolIDs map[string]string)
+// agentRewrite changes an assistant message as an agent framework sends it back (tool
+// messages answer its calls by the ids it ends up with).
+type agentRewrite func(reply map[string]any)
 
 // TestAgentRewritesKeepOneSegment runs a tool-using conversation of three calls (a tool call,
 // an answer after the tool result, an answer to a new user message) as agents send it back:
@@ -143,8 +147,8 @@ func TestAgentRewritesKeepOneSegment(t *testing.T) {
 		rewrite agentRewrite
 		drift   []bool // per call
 	}{
-		{"as returned", func(map[string]any, map[string]string) {}, []bool{false, false, false}},
-		{"arguments through JSON.stringify", func(reply map[string]any, _ map[string]string) {
+		{"as returned", func(map[string]any) {}, []bool{false, false, false}},
+		{"arguments through JSON.stringify", func(reply map[string]any) {
 			for _, c := range asList(reply["tool_calls"]) {
 				fn := c.(map[string]any)["function"].(map[string]any)
 				var v any
@@ -155,71 +159,88 @@ func TestAgentRewritesKeepOneSegment(t *testing.T) {
 				fn["arguments"] = string(b)
 			}
 		}, []bool{false, false, false}},
-		{"content as text parts", func(reply map[string]any, _ map[string]string) {
+		{"content as text parts", func(reply map[string]any) {
 			if text, ok := reply["content"].(string); ok {
 				reply["content"] = []any{map[string]any{"type": "text", "text": text}}
 			}
 		}, []bool{false, false, false}},
-		{"names added", func(reply map[string]any, _ map[string]string) { reply["name"] = "weather-bot" }, []bool{false, false, false}},
-		{"call ids rewritten", func(reply map[string]any, ids map[string]string) {
+		{"names added", func(reply map[string]any) { reply["name"] = "weather-bot" }, []bool{false, false, false}},
+		{"call ids rewritten", func(reply map[string]any) {
 			for i, c := range asList(reply["tool_calls"]) {
-				call := c.(map[string]any)
-				ids[call["id"].(string)] = "sdk-call-" + strconv.Itoa(i)
-				call["id"] = "sdk-call-" + strconv.Itoa(i)
+				c.(map[string]any)["id"] = "sdk-call-" + strconv.Itoa(i)
 			}
 		}, []bool{false, false, false}},
-		{"history edited", func(reply map[string]any, _ map[string]string) {
+		{"history edited", func(reply map[string]any) {
 			if text, ok := reply["content"].(string); ok {
 				reply["content"] = text + " (edited)"
 			}
 		}, []bool{false, false, true}},
 	}
 	for k, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			session := "agent-" + strconv.Itoa(k)
-			msgs := []any{map[string]any{"role": "user", "content": "What is the weather in Paris?"}}
-			for call, wantDrift := range tc.drift {
-				r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", map[string]string{HeaderSessionID: session}, map[string]any{
-					"messages": msgs, "tools": []any{jsonValue(t, weatherTool)}, "max_tokens": 400, "temperature": 0,
-				})
-				if got := r.header.Get(HeaderDrift); got != strconv.FormatBool(wantDrift) {
-					t.Fatalf("call %d: %s %q, want %v", call, HeaderDrift, got, wantDrift)
-				}
-				var out struct {
-					Choices []struct {
-						Message map[string]any `json:"message"`
-					} `json:"choices"`
-				}
-				if err := r.decode(&out); err != nil {
-					t.Fatal(err)
-				}
-				reply := out.Choices[0].Message
-				if call == 0 && len(asList(reply["tool_calls"])) != 1 {
-					t.Fatalf("first reply %v, want a tool call", reply)
-				}
-				ids := map[string]string{}
-				tc.rewrite(reply, ids)
-				msgs = append(msgs, reply)
-				if calls := asList(reply["tool_calls"]); len(calls) > 0 {
-					for _, c := range calls {
-						msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": c.(map[string]any)["id"], "content": `{"temp_c": 21}`})
-					}
-				} else {
-					msgs = append(msgs, map[string]any{"role": "user", "content": "And tomorrow?"})
-				}
-			}
-			var sum summary
-			if err := f.must(t, http.StatusOK, http.MethodGet, "/v1/sessions/"+session, nil, nil).decode(&sum); err != nil {
-				t.Fatal(err)
-			}
-			want := 1
-			if slices.Contains(tc.drift, true) {
-				want = 2
-			}
-			if sum.Calls != len(tc.drift) || sum.Segments != want {
-				t.Fatalf("session of %d calls in %d segments, want %d in %d", sum.Calls, sum.Segments, len(tc.drift), want)
-			}
+		for _, named := range []bool{true, false} {
+			t.Run(tc.name+"/named="+strconv.FormatBool(named), func(t *testing.T) {
+				runAgent(t, f, "agent-"+strconv.Itoa(k), named, tc.rewrite, tc.drift)
+			})
+		}
+	}
+}
+
+// runAgent runs the conversation of TestAgentRewritesKeepOneSegment, in a session named
+// session, or without an id in a scope of that name. A call expected to drift begins a new
+// segment of a named session; without an id it opens a new session.
+func runAgent(t *testing.T, f *fixture, session string, named bool, rewrite agentRewrite, drift []bool) {
+	header := map[string]string{HeaderSessionID: session}
+	if !named {
+		header = map[string]string{HeaderSessionScope: session}
+	}
+	msgs := []any{map[string]any{"role": "user", "content": "What is the weather in Paris?"}}
+	first, kept := "", 0 // the first call's session, and the calls it kept
+	for call, wantDrift := range drift {
+		r := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", header, map[string]any{
+			"messages": msgs, "tools": []any{jsonValue(t, weatherTool)}, "max_tokens": 400, "temperature": 0,
 		})
+		id := r.header.Get(HeaderSessionID)
+		if call == 0 {
+			first = id
+		}
+		if named && r.header.Get(HeaderDrift) != strconv.FormatBool(wantDrift) || !named && (id == first) == wantDrift {
+			t.Fatalf("call %d: in session %q (first %q), %s %q; want drift %v", call, id, first, HeaderDrift, r.header.Get(HeaderDrift), wantDrift)
+		}
+		if named || !wantDrift {
+			kept++
+		}
+		var out struct {
+			Choices []struct {
+				Message map[string]any `json:"message"`
+			} `json:"choices"`
+		}
+		if err := r.decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		reply := out.Choices[0].Message
+		if call == 0 && len(asList(reply["tool_calls"])) != 1 {
+			t.Fatalf("first reply %v, want a tool call", reply)
+		}
+		rewrite(reply)
+		msgs = append(msgs, reply)
+		if calls := asList(reply["tool_calls"]); len(calls) > 0 {
+			for _, c := range calls {
+				msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": c.(map[string]any)["id"], "content": `{"temp_c": 21}`})
+			}
+		} else {
+			msgs = append(msgs, map[string]any{"role": "user", "content": "And tomorrow?"})
+		}
+	}
+	var sum summary
+	if err := f.must(t, http.StatusOK, http.MethodGet, "/v1/sessions/"+first, nil, nil).decode(&sum); err != nil {
+		t.Fatal(err)
+	}
+	want := 1
+	if named && slices.Contains(drift, true) {
+		want = 2
+	}
+	if sum.Calls != kept || sum.Segments != want {
+		t.Fatalf("session of %d calls in %d segments, want %d in %d", sum.Calls, sum.Segments, kept, want)
 	}
 }
 

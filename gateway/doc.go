@@ -73,7 +73,7 @@
 // Agent frameworks send a conversation back re-serialized, which renders to other tokens than
 // the model sampled. A session therefore remembers its current segment's last chat call: the
 // messages as rendered and the reply as returned (content, reasoning, tool calls with their
-// exact argument text). A chat call on a named session whose messages begin with those
+// exact argument text). A chat call of the session whose messages begin with those
 // messages and then an assistant message meaning the same as the reply gets the originals in
 // their place before rendering. Two messages mean the same when they have the same role and
 //   - content equal as text (text parts joined with newlines), or equal once each run of
@@ -92,8 +92,9 @@
 // place of the template's: the model sees its earlier turns exactly as sampled, including
 // reasoning a plain vLLM rendering would drop, and the session stays one segment.
 // Options.NoContinueTrace renders as vLLM does instead, and the call starts a new segment. An
-// edited history matches nothing and drifts as before. Calls without a session id are
-// attached by their rendered tokens, before a session is known, so they are rendered as sent.
+// edited history matches nothing and drifts as before. A call without a session id first
+// looks for the open session of its scope whose last call and reply its messages repeat so
+// (the longest such conversation), and otherwise is attached by its tokens as above.
 //
 // Finishing a session with a reward publishes one Trajectory per segment on the trajectory
 // subject of its env, with the episode id as JetStream message id so that a retried finish

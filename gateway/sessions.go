@@ -51,6 +51,11 @@ type session struct {
 	// traceHash is its hash in the scope's index (auto sessions with a trace only).
 	trace     []int32
 	traceHash uint64
+	// last is the current segment's last chat call as of the last release, and lastHash its
+	// conversation's hash in the scope's index (auto sessions only): calls without an id
+	// that send it back find the session by it (see store.byConversation).
+	last     *lastCall
+	lastHash uint64
 
 	segs []*segment
 }
@@ -140,10 +145,10 @@ func (l *lease) release(touch bool, now time.Time) {
 	if cur := l.current(); cur != nil {
 		if idx := st.scopes[s.scope]; s.auto && idx != nil {
 			idx.unindex(s)
-			s.trace = cur.tokens
+			s.trace, s.last = cur.tokens, cur.last
 			idx.index(s)
 		} else {
-			s.trace = cur.tokens
+			s.trace, s.last = cur.tokens, cur.last
 		}
 	}
 	if l.created && s.calls == 0 && st.sessions[s.id] == s {
@@ -173,10 +178,13 @@ type scopeIndex struct {
 	open    int // sessions of the scope
 	byHash  map[uint64][]*session
 	lengths map[int]int // trace length → sessions indexed with it
+	// byConversation indexes the sessions by the hash of their last chat call's messages
+	// and reply (conversationHashes).
+	byConversation map[uint64][]*session
 }
 
 func newScopeIndex() *scopeIndex {
-	return &scopeIndex{byHash: make(map[uint64][]*session), lengths: make(map[int]int)}
+	return &scopeIndex{byHash: make(map[uint64][]*session), lengths: make(map[int]int), byConversation: make(map[uint64][]*session)}
 }
 
 // traceHasher hashes a token sequence one token at a time (FNV-1a over the tokens' 32 bits),
@@ -199,6 +207,10 @@ func hashTrace(trace []int32) uint64 {
 }
 
 func (x *scopeIndex) index(s *session) {
+	if s.last != nil {
+		s.lastHash = s.last.hash()
+		x.byConversation[s.lastHash] = append(x.byConversation[s.lastHash], s)
+	}
 	if len(s.trace) == 0 {
 		return
 	}
@@ -208,20 +220,28 @@ func (x *scopeIndex) index(s *session) {
 }
 
 func (x *scopeIndex) unindex(s *session) {
+	if s.last != nil {
+		removeIndexed(x.byConversation, s.lastHash, s)
+	}
 	if len(s.trace) == 0 {
 		return
 	}
-	list := x.byHash[s.traceHash]
+	removeIndexed(x.byHash, s.traceHash, s)
+	if x.lengths[len(s.trace)]--; x.lengths[len(s.trace)] <= 0 {
+		delete(x.lengths, len(s.trace))
+	}
+}
+
+// removeIndexed removes s from index's list under h.
+func removeIndexed(index map[uint64][]*session, h uint64, s *session) {
+	list := index[h]
 	if i := slices.Index(list, s); i >= 0 {
 		list = slices.Delete(list, i, i+1)
 	}
 	if len(list) == 0 {
-		delete(x.byHash, s.traceHash)
+		delete(index, h)
 	} else {
-		x.byHash[s.traceHash] = list
-	}
-	if x.lengths[len(s.trace)]--; x.lengths[len(s.trace)] <= 0 {
-		delete(x.lengths, len(s.trace))
+		index[h] = list
 	}
 }
 
@@ -279,6 +299,34 @@ func (st *store) attach(scope string, prompt []int32, metadata map[string]string
 	}
 	idx.open++
 	return &lease{st: st, s: s, created: true}, nil
+}
+
+// byConversation leases a free open session of scope whose last chat call and reply msgs
+// repeat (lastCall.restore), the longest such conversation, or returns nil. Sessions with the
+// same conversation are interchangeable.
+func (st *store) byConversation(scope string, msgs []messages.ChatMessage) *lease {
+	hashes := conversationHashes(msgs)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	idx := st.scopes[scope]
+	if idx == nil {
+		return nil
+	}
+	for n := len(msgs) - 1; n > 0; n-- { // n messages before the reply; something after it
+		h, ok := hashes[n]
+		if !ok {
+			continue
+		}
+		for _, s := range idx.byConversation[h] {
+			if !s.busy && len(s.last.msgs) == n {
+				if _, k := s.last.restore(msgs); k == n+1 {
+					s.busy = true
+					return &lease{st: st, s: s}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // match leases the one open session that keep selects. None is ErrSessionNotFound, several
