@@ -29,6 +29,17 @@ type lastCall struct {
 	reply messages.ChatMessage   // the assistant message the gateway returned
 	// endOfTurn is the reply's GenerateReply.EndOfTurn: its last token closed the turn.
 	endOfTurn bool
+	// hash is the hash of msgs and reply (conversationHashes).
+	hash uint64
+}
+
+// newLastCall remembers a chat call: the messages it rendered, the reply the gateway
+// returned, whether the reply closed its turn itself. The hash is computed here, by the
+// session's lease holder, rather than under the store's lock when the session is indexed.
+func newLastCall(msgs []messages.ChatMessage, out *chatOut, endOfTurn bool) *lastCall {
+	lc := &lastCall{msgs: msgs, reply: replyMessage(out), endOfTurn: endOfTurn}
+	lc.hash = conversationHashes(append(slices.Clip(msgs), lc.reply))[len(msgs)]
+	return lc
 }
 
 // replyMessage is a chat reply as the assistant message a client sends back.
@@ -235,11 +246,6 @@ func conversationHashes(msgs []messages.ChatMessage) map[int]uint64 {
 		}
 	}
 	return out
-}
-
-// hash is the hash of the last call's messages and reply (conversationHashes).
-func (lc *lastCall) hash() uint64 {
-	return conversationHashes(append(slices.Clip(lc.msgs), lc.reply))[len(lc.msgs)]
 }
 
 // writeMessageKey writes what sameMessage compares of m, except what may differ between

@@ -51,11 +51,10 @@ type session struct {
 	// traceHash is its hash in the scope's index (auto sessions with a trace only).
 	trace     []int32
 	traceHash uint64
-	// last is the current segment's last chat call as of the last release, and lastHash its
-	// conversation's hash in the scope's index (auto sessions only): calls without an id
-	// that send it back find the session by it (see store.byConversation).
-	last     *lastCall
-	lastHash uint64
+	// last is the current segment's last chat call as of the last release, indexed by its
+	// hash in the scope's index (auto sessions only): calls without an id that send it back
+	// find the session by it (see store.byConversation).
+	last *lastCall
 
 	segs []*segment
 }
@@ -208,8 +207,7 @@ func hashTrace(trace []int32) uint64 {
 
 func (x *scopeIndex) index(s *session) {
 	if s.last != nil {
-		s.lastHash = s.last.hash()
-		x.byConversation[s.lastHash] = append(x.byConversation[s.lastHash], s)
+		x.byConversation[s.last.hash] = append(x.byConversation[s.last.hash], s)
 	}
 	if len(s.trace) == 0 {
 		return
@@ -221,7 +219,7 @@ func (x *scopeIndex) index(s *session) {
 
 func (x *scopeIndex) unindex(s *session) {
 	if s.last != nil {
-		removeIndexed(x.byConversation, s.lastHash, s)
+		removeIndexed(x.byConversation, s.last.hash, s)
 	}
 	if len(s.trace) == 0 {
 		return
@@ -553,7 +551,7 @@ func (l *lease) record(prompt []int32, reply *messages.GenerateReply, promptText
 // messages it rendered and the reply the gateway returned.
 func (l *lease) remember(msgs []messages.ChatMessage, out *chatOut, endOfTurn bool) {
 	if seg := l.current(); seg != nil {
-		seg.last = &lastCall{msgs: msgs, reply: replyMessage(out), endOfTurn: endOfTurn}
+		seg.last = newLastCall(msgs, out, endOfTurn)
 	}
 }
 
