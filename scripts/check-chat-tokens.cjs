@@ -18,7 +18,9 @@
 //
 // Differences that docs/run.md documents as history rewriting are counted apart, not as
 // mismatches: history_rewrites (a template dropping the reasoning of past turns) and
-// resampled_actions (an action whose sampled ids are not the canonical encoding of its text).
+// resampled_actions (an action whose sampled ids are not the canonical encoding of its text),
+// and in the gateway modes continued_traces (a call the gateway continued from its session's
+// trace because the template re-rendered the unchanged conversation to other tokens).
 //
 // Usage: see usage() or docs/models.md. Prints one JSON summary line; exit 0 when all checks
 // pass, 1 on a mismatch or when nothing was checked, 2 on bad usage.
@@ -108,6 +110,29 @@ class Reference {
   encode(text) { return Array.from(this.tok.encode(text, { add_special_tokens: false })); }
   decode(ids) { return this.tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false }); }
   tokens(messages, opts) { return this.encode(this.render(messages, opts)); }
+  // afterAssistant is what the template writes after an assistant turn when msgs follow it: the
+  // common end of two renderings that differ only in that turn's text.
+  afterAssistant(msgs, opts) {
+    const base = [{ role: "user", content: "u" }];
+    const a = this.tokens([...base, { role: "assistant", content: "a" }, ...msgs], opts);
+    const b = this.tokens([...base, { role: "assistant", content: "b" }, ...msgs], opts);
+    let n = 0;
+    while (n < a.length && n < b.length && a[a.length - 1 - n] === b[b.length - 1 - n]) n++;
+    return a.slice(a.length - n);
+  }
+}
+
+// continued reports whether prompt is the gateway's documented continuation of a session's
+// trace (gateway/doc.go): when the conversation came back unchanged but re-renders to tokens
+// that do not extend the trace (a template dropping earlier reasoning), the prompt is the last
+// call's prompt and completion followed by what the template writes after an assistant turn for
+// the new messages, its end-of-turn token left out when the completion sampled it.
+function continued(ref, prompt, last, newMsgs, opts) {
+  if (!last) return false;
+  let delta = ref.afterAssistant(newMsgs, opts);
+  if (last.gen.length > 0 && last.gen[last.gen.length - 1] === delta[0]) delta = delta.slice(1);
+  const want = [...last.prompt, ...last.gen, ...delta];
+  return firstDiff(prompt, want) < 0;
 }
 
 // firstDiff is the first position where a and b differ (a length difference counts), or -1.
@@ -264,7 +289,8 @@ async function post(url, body, headers = {}) {
 }
 
 async function checkGateway(ref, o) {
-  const sum = new Summary(ref, o, { calls_checked: 0, prompt_mismatches: 0, eot_checked: 0, eot_mismatches: 0, eos_ended: 0, request_failures: 0 });
+  const sum = new Summary(ref, o, { calls_checked: 0, prompt_mismatches: 0, continued_traces: 0, eot_checked: 0, eot_mismatches: 0, eos_ended: 0,
+    request_failures: 0, segments: 0 });
   const base = o.url.replace(/\/+$/, "");
   const model = o.model || (await (await fetch(`${base}/v1/models`)).json()).data[0].id;
   const tools = [WEATHER_TOOL];
@@ -272,6 +298,7 @@ async function checkGateway(ref, o) {
     const session = `chk-${n}`;
     const messages = [{ role: "system", content: "You are a weather assistant. Use the tool for weather questions." },
       { role: "user", content: `What is the weather in ${["Paris", "Oslo", "Lima", "Kyoto"][n % 4]} right now?` }];
+    let last = null, lastLen = 0;
     for (let call = 0; call < 3; call++) {
       const where = { session, call };
       const res = await post(`${base}/v1/chat/completions`, { model, messages, tools, max_tokens: 256, return_token_ids: true,
@@ -290,18 +317,22 @@ async function checkGateway(ref, o) {
         break;
       }
       const p = firstDiff(prompt, want);
-      if (p >= 0) sum.mismatch("prompt_mismatches", { ...where, check: "prompt", ...diffReport(ref, prompt, want, p) });
+      if (p >= 0 && continued(ref, prompt, last, messages.slice(lastLen), { tools, agp: true })) sum.continued_traces++;
+      else if (p >= 0) sum.mismatch("prompt_mismatches", { ...where, check: "prompt", ...diffReport(ref, prompt, want, p) });
       if (["stop", "tool_calls"].includes(choice.finish_reason)) checkEnding(ref, sum, choice.token_ids, { ...where, finish_reason: choice.finish_reason });
+      last = { prompt, gen: choice.token_ids };
       const reply = { role: "assistant", content: choice.message.content ?? null };
       if (choice.message.reasoning_content) reply.reasoning_content = choice.message.reasoning_content; // sent back, as agents do
       const calls = choice.message.tool_calls || [];
       if (calls.length > 0) reply.tool_calls = calls;
       messages.push(reply);
+      lastLen = messages.length;
       if (calls.length > 0) calls.forEach((tc) => messages.push({ role: "tool", tool_call_id: tc.id, content: '{"temp_c": 21}' }));
       else messages.push({ role: "user", content: "And tomorrow?" });
     }
     const fin = await post(`${base}/v1/sessions/${session}/finish`, { reward: 1 });
     if (!fin.ok) sum.mismatch("request_failures", { session, check: "finish", status: fin.status, body: JSON.stringify(fin.body).slice(0, 500) });
+    else sum.segments += (fin.body.segments || []).length;
   }
   return sum;
 }
@@ -316,7 +347,7 @@ async function checkGateway(ref, o) {
 // dropping past reasoning) makes every call a segment of its own.
 async function checkResponses(ref, o) {
   const sum = new Summary(ref, o, { calls_checked: 0, prompt_mismatches: 0, eot_checked: 0, eot_mismatches: 0, eos_ended: 0,
-    request_failures: 0, reasoning_items: 0, segments: 0 });
+    request_failures: 0, reasoning_items: 0, segments: 0, continued_traces: 0 });
   const base = o.url.replace(/\/+$/, "");
   const model = o.model || (await (await fetch(`${base}/v1/models`)).json()).data[0].id;
   const tool = { type: "function", name: WEATHER_TOOL.function.name, description: WEATHER_TOOL.function.description,
@@ -327,6 +358,7 @@ async function checkResponses(ref, o) {
     const question = `What is the weather in ${["Paris", "Oslo", "Lima", "Kyoto"][n % 4]} right now?`;
     const input = [{ type: "message", role: "user", content: question }];
     const messages = [{ role: "system", content: system }, { role: "user", content: question }];
+    let prev = null, prevLen = 0;
     for (let call = 0; call < 3; call++) {
       const where = { session, call };
       const res = await post(`${base}/v1/responses`, { model, instructions: system, input, tools: [tool], max_output_tokens: 256,
@@ -345,7 +377,9 @@ async function checkResponses(ref, o) {
         break;
       }
       const p = firstDiff(last.prompt_token_ids, want);
-      if (p >= 0) sum.mismatch("prompt_mismatches", { ...where, check: "prompt", ...diffReport(ref, last.prompt_token_ids, want, p) });
+      if (p >= 0 && continued(ref, last.prompt_token_ids, prev, messages.slice(prevLen), { tools: [WEATHER_TOOL], agp: true })) sum.continued_traces++;
+      else if (p >= 0) sum.mismatch("prompt_mismatches", { ...where, check: "prompt", ...diffReport(ref, last.prompt_token_ids, want, p) });
+      prev = { prompt: last.prompt_token_ids, gen: last.generation_token_ids };
       if (res.body.status === "completed") checkEnding(ref, sum, last.generation_token_ids, { ...where, status: res.body.status });
       const reply = { role: "assistant", content: "" };
       const calls = [];
@@ -359,6 +393,7 @@ async function checkResponses(ref, o) {
       }
       if (calls.length > 0) reply.tool_calls = calls;
       messages.push(reply);
+      prevLen = messages.length;
       if (calls.length > 0) {
         for (const tc of calls) {
           input.push({ type: "function_call_output", call_id: tc.id, output: '{"temp_c": 21}' });

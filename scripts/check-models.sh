@@ -31,7 +31,7 @@ field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$2"; }
 wait_up() { for _ in $(seq 100); do curl -sf "$1/health" >/dev/null && return 0; sleep 0.2; done; echo "check-models: $1 did not come up" >&2; return 1; }
 
 fail=0
-echo "| model | env path: trajectories (turns) checked | mismatches | gateway chat with tools: calls checked | mismatches | gateway Responses: calls checked (reasoning items, segments) | mismatches | reference server, env path: trajectories (turns) | mismatches |"
+echo "| model | env path: trajectories (turns) checked | mismatches | gateway chat with tools: calls checked | mismatches | gateway Responses: calls checked (reasoning items, continued traces, segments) | mismatches | reference server, env path: trajectories (turns) | mismatches |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for m in "${models[@]}"; do
   dir=$root/$m
@@ -71,6 +71,6 @@ for m in "${models[@]}"; do
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   pids=()
-  echo "| $m | $trajs ($turns) | $bad | $(field calls_checked "$gw") | $(field mismatches "$gw") | $(field calls_checked "$rs") ($(field reasoning_items "$rs"), $(field segments "$rs")) | $(field mismatches "$rs") | $rtrajs ($rturns) | $rbad |"
+  echo "| $m | $trajs ($turns) | $bad | $(field calls_checked "$gw") | $(field mismatches "$gw") | $(field calls_checked "$rs") ($(field reasoning_items "$rs"), $(field continued_traces "$rs"), $(field segments "$rs")) | $(field mismatches "$rs") | $rtrajs ($rturns) | $rbad |"
 done
 exit $fail
