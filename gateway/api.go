@@ -70,8 +70,19 @@ type samplingFields struct {
 	StructuredOutputs json.RawMessage    `json:"structured_outputs"`
 }
 
+// responseFormat is the API's response_format (and, in Responses, text.format).
 type responseFormat struct {
-	Type string `json:"type"`
+	Type       string          `json:"type"`
+	JSONSchema *jsonSchemaSpec `json:"json_schema"`
+	// Schema is text.format's schema: the Responses API's format is flat.
+	Schema json.RawMessage `json:"schema"`
+}
+
+// jsonSchemaSpec is response_format's json_schema member.
+type jsonSchemaSpec struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+	Strict *bool           `json:"strict"`
 }
 
 // chatRequest is the body of POST /v1/chat/completions.
@@ -102,6 +113,8 @@ type chatRequest struct {
 	// the reply. Set by checkTools.
 	toolsJSON  []byte
 	parseTools bool
+	// forced is what a tool_choice forcing a call asks of guided decoding.
+	forced guided
 }
 
 // completionRequest is the body of POST /v1/completions.
@@ -496,10 +509,6 @@ func jsonType(t reflect.Type, plural bool) string {
 
 // refused checks the request for features the gateway does not honour.
 func (f *samplingFields) refused() error {
-	nonNull := func(raw json.RawMessage) bool {
-		raw = bytes.TrimSpace(raw)
-		return len(raw) > 0 && string(raw) != "null"
-	}
 	if err := f.checkStream(); err != nil {
 		return err
 	}
@@ -516,10 +525,6 @@ func (f *samplingFields) refused() error {
 		return vllmapi.BadRequest("prompt_logprobs is not supported by the gateway")
 	case f.Priority != 0:
 		return vllmapi.BadRequest("priority is not supported by the gateway")
-	case f.ResponseFormat != nil && f.ResponseFormat.Type != "" && f.ResponseFormat.Type != "text":
-		return vllmapi.BadRequest("response_format %.32q is not supported by the gateway", f.ResponseFormat.Type)
-	case nonNull(f.GuidedJSON), nonNull(f.GuidedRegex), nonNull(f.GuidedChoice), nonNull(f.GuidedGrammar), nonNull(f.StructuredOutputs):
-		return vllmapi.BadRequest("guided decoding is not supported by the gateway")
 	case f.N != nil && *f.N != 1:
 		return vllmapi.BadRequest("n must be 1: the gateway records one completion per call, got %d", *f.N)
 	}
@@ -534,6 +539,11 @@ func (f *samplingFields) sampling() (messages.SamplingParams, error) {
 		return messages.SamplingParams{}, err
 	}
 	sp := messages.SamplingParams{Temperature: 1, SkipSpecialTokens: true}
+	so, err := structuredOutputs(f)
+	if err != nil {
+		return sp, err
+	}
+	sp.StructuredOutputs = so
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 	if t := f.Temperature; t != nil {
 		if *t < 0 || !finite(*t) {
@@ -763,18 +773,23 @@ var reasoningEfforts = []string{"low", "medium", "high"}
 
 // checkTools checks the request's tools and tool_choice against the gateway's tool-call
 // parser, as vLLM does: tool calls are parsed for tool_choice "auto" (the default with tools),
-// not for "none"; "required" and a named function need guided decoding, which the gateway
-// does not do.
+// not for "none"; "required" and a named function are forced by guided decoding (see
+// forcedTools).
 func (r *chatRequest) checkTools(parser string) error {
 	tools, err := checkToolDefs(r.Tools)
 	if err != nil || tools == nil {
 		return err
 	}
 	r.toolsJSON = tools
+	forced, ok, err := forcedTools(tools, r.ToolChoice)
+	if err != nil || ok {
+		r.forced = forced
+		return err
+	}
 	choice := "auto"
 	if tc := bytes.TrimSpace(r.ToolChoice); len(tc) > 0 && string(tc) != "null" {
 		if err := json.Unmarshal(tc, &choice); err != nil {
-			return vllmapi.BadRequest("tool_choice naming a function is not supported by the gateway: it needs guided decoding (use \"auto\" or \"none\")")
+			return vllmapi.BadRequest("tool_choice must be \"auto\", \"none\", \"required\" or a function")
 		}
 	}
 	switch choice {
@@ -784,8 +799,6 @@ func (r *chatRequest) checkTools(parser string) error {
 			return vllmapi.BadRequest("\"auto\" tool choice requires a tool-call parser: start the gateway with --tool-call-parser %s", ToolParserHermes)
 		}
 		r.parseTools = true
-	case "required":
-		return vllmapi.BadRequest("tool_choice \"required\" is not supported by the gateway: it needs guided decoding (use \"auto\" or \"none\")")
 	default:
 		return vllmapi.BadRequest("tool_choice must be \"auto\", \"none\" or \"required\", got %.32q", choice)
 	}

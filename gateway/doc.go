@@ -29,9 +29,12 @@
 // usage. Tools are rendered by the model's template and the model's tool calls are parsed
 // into tool_calls (Options.ToolCallParser, Hermes/Qwen format); reasoning of re-sent assistant
 // turns is rendered too and split out of replies (Options.ReasoningParser, Qwen3's <think>);
-// reasoning_effort is passed to the template. Features the gateway cannot honour (n > 1, top
-// alternatives in logprobs, tool_choice "required", guided decoding, ...) are refused with a
-// 400 rather than ignored. Errors have OpenAI's body, {"error": {"message",
+// reasoning_effort is passed to the template. Structured output (response_format json_schema
+// and json_object, Responses text.format, vLLM's guided_* and structured_outputs) and forced
+// tool calls (tool_choice "required" or naming a function) go to the model server's guided
+// decoding (see structured.go), and a forced reply is read as the tool calls it was forced to
+// be. Features the gateway cannot honour (n > 1, top alternatives in logprobs, ...) are refused
+// with a 400 rather than ignored. Errors have OpenAI's body, {"error": {"message",
 // "type", "param", "code"}}: type "invalid_request_error" for a 4xx and "server_error" for a
 // 5xx, param the path of a body field of the wrong JSON type, code null. The status is 400
 // for a bad request, a prompt beyond the context window or a request the model server

@@ -585,6 +585,12 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 	}
 	c.pieces = req.Logprobs
 	c.promptText = req.Messages[len(req.Messages)-1].Content
+	if req.forced.outputs != nil {
+		if c.sampling.StructuredOutputs != nil {
+			return nil, vllmapi.BadRequest("a forced tool call and a structured output cannot be asked at once")
+		}
+		c.sampling.StructuredOutputs = req.forced.outputs
+	}
 	if err := g.run(ctx, c); err != nil {
 		return nil, err
 	}
@@ -596,7 +602,16 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 			content = rest
 		}
 	}
-	if req.parseTools {
+	if forced, err := req.forced.calls(content); err != nil {
+		return nil, vllmapi.StatusError(http.StatusBadGateway, "the model's reply to a forced tool call: %v", err)
+	} else if forced != nil {
+		for _, fc := range forced {
+			out.message.ToolCalls = append(out.message.ToolCalls, apiToolCall{
+				ID: g.nextID("chatcmpl-tool-"), Type: "function", Function: apiToolFunction{Name: fc.name, Arguments: fc.arguments},
+			})
+		}
+		content, out.finish = "", "tool_calls"
+	} else if req.parseTools {
 		if rest, calls, ok := parseHermesToolCalls(content); ok {
 			if req.ParallelToolCalls != nil && !*req.ParallelToolCalls {
 				calls = calls[:1]

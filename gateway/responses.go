@@ -69,6 +69,10 @@ func decodeResponses(body []byte) (*chatRequest, *responsesRequest, messages.Sam
 	if err := decodeJSON(body, &rr); err != nil {
 		return nil, nil, messages.SamplingParams{}, err
 	}
+	if rr.Text != nil && rr.Text.Format != nil {
+		// The Responses API's text.format is chat's response_format, flattened.
+		rr.ResponseFormat = rr.Text.Format
+	}
 	sp, err := rr.sampling()
 	if err != nil {
 		return nil, nil, sp, err
@@ -76,8 +80,6 @@ func decodeResponses(body []byte) (*chatRequest, *responsesRequest, messages.Sam
 	switch {
 	case rr.PreviousResponseID != nil && *rr.PreviousResponseID != "":
 		return nil, nil, sp, vllmapi.BadRequest("previous_response_id is not supported by the gateway: send the whole conversation as input")
-	case rr.Text != nil && rr.Text.Format != nil && rr.Text.Format.Type != "" && rr.Text.Format.Type != "text":
-		return nil, nil, sp, vllmapi.BadRequest("text.format %.32q is not supported by the gateway", rr.Text.Format.Type)
 	}
 	req := &chatRequest{
 		samplingFields: rr.samplingFields, MaxTokens: rr.MaxOutputTokens, ChatTemplateKwargs: rr.ChatTemplateKwargs,

@@ -61,8 +61,8 @@ func TestToolAndReasoningRequests(t *testing.T) {
 		status int
 		want   string // in the error message, or in the content
 	}{
-		{"tool_choice required", f, map[string]any{"tools": tools, "tool_choice": "required"}, 400, "guided decoding"},
-		{"named tool_choice", f, map[string]any{"tools": tools, "tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}}, 400, "guided decoding"},
+		{"tool_choice naming no tool", f, map[string]any{"tools": tools, "tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "fly"}}}, 400, "not among the tools"},
+		{"forced tool and a format", f, map[string]any{"tools": tools, "tool_choice": "required", "response_format": map[string]any{"type": "json_object"}}, 400, "at once"},
 		{"bad tool", f, map[string]any{"tools": []any{map[string]any{"type": "function"}}}, 400, "tools[0]"},
 		{"bad tool_calls", f, map[string]any{"messages": []map[string]any{{"role": "assistant", "content": "x", "tool_calls": []any{map[string]any{"type": "function"}}}}}, 400, "tool_calls[0]"},
 		{"reasoning fields differ", f, map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "reasoning": "a", "reasoning_content": "b"}}}, 400, "differ"},
