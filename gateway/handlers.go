@@ -108,8 +108,13 @@ func (g *Gateway) wrap(h func(http.ResponseWriter, *http.Request) error) http.Ha
 
 // readBody reads a request body within Options.MaxBodyBytes.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return readBodyUpTo(w, r, g.opts.MaxBodyBytes)
+}
+
+// readBodyUpTo reads a request body of at most limit bytes.
+func readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	var body bytes.Buffer
-	if err := vllmapi.ReadBody(w, r, g.opts.MaxBodyBytes, &body); err != nil {
+	if err := vllmapi.ReadBody(w, r, limit, &body); err != nil {
 		return nil, err
 	}
 	return body.Bytes(), nil
@@ -485,9 +490,9 @@ func (f *samplingFields) fields() *samplingFields { return f }
 // beginGeneration reads and decodes a generation request with decode, opens (or continues)
 // its session and checks the model it names. The caller ends the call.
 func beginGeneration[R generationRequest](g *Gateway, w http.ResponseWriter, r *http.Request,
-	decode func([]byte) (R, messages.SamplingParams, error),
+	decode func([]byte) (R, messages.SamplingParams, error), limit int64,
 ) (R, *call, messages.ModelInfo, error) {
-	body, err := g.readBody(w, r)
+	body, err := readBodyUpTo(w, r, limit)
 	if err != nil {
 		return nil, nil, messages.ModelInfo{}, err
 	}
@@ -509,7 +514,7 @@ func beginGeneration[R generationRequest](g *Gateway, w http.ResponseWriter, r *
 }
 
 func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
-	req, c, model, err := beginGeneration(g, w, r, decodeChat)
+	req, c, model, err := beginGeneration(g, w, r, decodeChat, g.opts.MaxBodyBytes)
 	if err != nil {
 		return err
 	}
@@ -670,7 +675,7 @@ type completionLogprobs struct {
 }
 
 func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error {
-	req, c, model, err := beginGeneration(g, w, r, decodeCompletion)
+	req, c, model, err := beginGeneration(g, w, r, decodeCompletion, g.opts.MaxBodyBytes)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,35 @@ import (
 // generation_token_ids, generation_log_probs. The gateway keeps no responses: a request must
 // carry its whole conversation (previous_response_id is refused).
 
+// echoFactor bounds a Responses body with the token fields its input items echo: clients such
+// as the OpenAI Agents SDK send every earlier output item back whole, with the training fields
+// the gateway put on it, which can be most of the body. Those fields are ignored and do not
+// count against Options.MaxBodyBytes, up to echoFactor times it in all.
+const echoFactor = 8
+
+// echoedFields are the output items' training fields, ignored when they come back as input.
+var echoedFields = []string{"prompt_token_ids", "generation_token_ids", "generation_log_probs"}
+
+// echoedBytes is how many bytes of a Responses body are echoed training fields of its input
+// items (0 when the body is not one that has them).
+func echoedBytes(body []byte) int64 {
+	var r struct {
+		Input []map[string]json.RawMessage `json:"input"`
+	}
+	if json.Unmarshal(body, &r) != nil {
+		return 0
+	}
+	var n int64
+	for _, it := range r.Input {
+		for _, k := range echoedFields {
+			if v, ok := it[k]; ok {
+				n += int64(len(k) + len(v) + 4) // the key, its quotes, the colon and a comma
+			}
+		}
+	}
+	return n
+}
+
 // responsesRequest is the body of POST /v1/responses.
 type responsesRequest struct {
 	samplingFields
@@ -300,11 +329,15 @@ type summaryText struct {
 func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error {
 	var rr *responsesRequest
 	decode := func(body []byte) (*chatRequest, messages.SamplingParams, error) {
+		if n := int64(len(body)) - echoedBytes(body); n > g.opts.MaxBodyBytes {
+			return nil, messages.SamplingParams{}, vllmapi.StatusError(http.StatusRequestEntityTooLarge,
+				"request body exceeds %d bytes (not counting token fields echoed back in input items)", g.opts.MaxBodyBytes)
+		}
 		req, x, sp, err := decodeResponses(body)
 		rr = x
 		return req, sp, err
 	}
-	req, c, model, err := beginGeneration(g, w, r, decode)
+	req, c, model, err := beginGeneration(g, w, r, decode, echoFactor*g.opts.MaxBodyBytes)
 	if err != nil {
 		return err
 	}
