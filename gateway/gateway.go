@@ -88,6 +88,13 @@ type Options struct {
 	// MaxBodyBytes bounds a request body; a larger one gets a 413 (default
 	// DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// ResponseTTL is how long a stored Responses call can be continued by previous_response_id
+	// (default DefaultResponseTTL); MaxStoredResponses and MaxStoredResponseBytes bound what is
+	// stored, the oldest dropped first (defaults DefaultMaxStoredResponses and
+	// DefaultMaxStoredResponseBytes).
+	ResponseTTL            time.Duration
+	MaxStoredResponses     int
+	MaxStoredResponseBytes int64
 	// Run is the run id the sessions' trajectories and failure records
 	// carry, and so the subjects they are published on (default
 	// DefaultRun); their reader consumes that run's outputs.
@@ -129,6 +136,9 @@ func (o *Options) setDefaults() {
 	o.MaxSessions = positiveOr(o.MaxSessions, DefaultMaxSessions)
 	o.MaxSessionTokens = positiveOr(o.MaxSessionTokens, DefaultMaxSessionTokens)
 	o.MaxBodyBytes = positiveOr(o.MaxBodyBytes, DefaultMaxBodyBytes)
+	o.ResponseTTL = positiveOr(o.ResponseTTL, DefaultResponseTTL)
+	o.MaxStoredResponses = positiveOr(o.MaxStoredResponses, DefaultMaxStoredResponses)
+	o.MaxStoredResponseBytes = positiveOr(o.MaxStoredResponseBytes, DefaultMaxStoredResponseBytes)
 	o.ToolCallParser = cmp.Or(o.ToolCallParser, ToolParserHermes)
 	o.ReasoningParser = cmp.Or(o.ReasoningParser, ReasoningParserNone)
 	if o.Logger == nil {
@@ -170,6 +180,8 @@ type Gateway struct {
 	log      *slog.Logger
 	handler  http.Handler
 	sessions *store
+	// responses keeps stored Responses calls for previous_response_id.
+	responses *responseStore
 	created  int64
 
 	infoSem chan struct{} // capacity 1: one model-info fetch at a time
@@ -213,6 +225,7 @@ func New(nc *nats.Conn, opts Options) (*Gateway, error) {
 	g := &Gateway{
 		nc: nc, js: js, opts: opts, log: opts.Logger.With("actor", "gateway"),
 		sessions: newStore(opts.MaxSessions, opts.MaxSessionTokens, opts.FinishedTTL),
+		responses: newResponseStore(opts.ResponseTTL, opts.MaxStoredResponses, opts.MaxStoredResponseBytes),
 		created:  time.Now().Unix(),
 		infoSem:  make(chan struct{}, 1),
 		idPrefix: rand.Uint64(),

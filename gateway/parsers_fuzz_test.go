@@ -102,7 +102,9 @@ func FuzzResponsesRequest(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, _, sp, err := decodeResponses(body)
+		req, _, sp, err := decodeResponses(body, func(string) ([]json.RawMessage, error) {
+			return []json.RawMessage{json.RawMessage(`{"role":"user","content":"earlier"}`)}, nil
+		})
 		if err != nil {
 			var ae *vllmapi.Error
 			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {

@@ -18,8 +18,10 @@ import (
 // assistant message; a function call's output a tool message), the reply becomes output items
 // (a reasoning item, a message, one function_call per tool call), and the last output item
 // carries the call's token information as vllm_model returns it: prompt_token_ids,
-// generation_token_ids, generation_log_probs. The gateway keeps no responses: a request must
-// carry its whole conversation (previous_response_id is refused).
+// generation_token_ids, generation_log_probs. A call is stored (unless "store" is false) for
+// Options.ResponseTTL, so that a request naming it as previous_response_id continues its
+// conversation (see responseStore); the training fields are not stored, and when clients echo
+// them back in input items they are ignored (see echoFactor).
 
 // echoFactor bounds a Responses body with the token fields its input items echo: clients such
 // as the OpenAI Agents SDK send every earlier output item back whole, with the training fields
@@ -61,6 +63,10 @@ type responsesRequest struct {
 	MaxOutputTokens    *int64            `json:"max_output_tokens"`
 	Metadata           map[string]string `json:"metadata"`
 	PreviousResponseID *string           `json:"previous_response_id"`
+	// Store keeps the call for a later previous_response_id (nil means true, as OpenAI).
+	Store *bool `json:"store"`
+	// own is the request's own input items, before a previous response's were put first.
+	own []json.RawMessage
 	Reasoning          *struct {
 		Effort *string `json:"effort"`
 	} `json:"reasoning"`
@@ -92,11 +98,26 @@ type responsesTool struct {
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
 }
 
-// decodeResponses decodes a Responses API request into the chat request it amounts to.
-func decodeResponses(body []byte) (*chatRequest, *responsesRequest, messages.SamplingParams, error) {
+// decodeResponses decodes a Responses API request into the chat request it amounts to; a
+// previous_response_id's conversation, which conversation returns, comes before its input.
+func decodeResponses(body []byte, conversation func(id string) ([]json.RawMessage, error)) (*chatRequest, *responsesRequest, messages.SamplingParams, error) {
 	var rr responsesRequest
 	if err := decodeJSON(body, &rr); err != nil {
 		return nil, nil, messages.SamplingParams{}, err
+	}
+	own, err := inputItems(rr.Input)
+	if err != nil {
+		return nil, nil, messages.SamplingParams{}, vllmapi.BadRequest("input must be a string or a list of items")
+	}
+	rr.own = own
+	if id := rr.PreviousResponseID; id != nil && *id != "" {
+		prev, err := conversation(*id)
+		if err != nil {
+			return nil, nil, messages.SamplingParams{}, err
+		}
+		if rr.Input, err = json.Marshal(append(prev, own...)); err != nil {
+			return nil, nil, messages.SamplingParams{}, err
+		}
 	}
 	if rr.Text != nil && rr.Text.Format != nil {
 		// The Responses API's text.format is chat's response_format, flattened.
@@ -105,10 +126,6 @@ func decodeResponses(body []byte) (*chatRequest, *responsesRequest, messages.Sam
 	sp, err := rr.sampling()
 	if err != nil {
 		return nil, nil, sp, err
-	}
-	switch {
-	case rr.PreviousResponseID != nil && *rr.PreviousResponseID != "":
-		return nil, nil, sp, vllmapi.BadRequest("previous_response_id is not supported by the gateway: send the whole conversation as input")
 	}
 	req := &chatRequest{
 		samplingFields: rr.samplingFields, MaxTokens: rr.MaxOutputTokens, ChatTemplateKwargs: rr.ChatTemplateKwargs,
@@ -333,7 +350,9 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 			return nil, messages.SamplingParams{}, vllmapi.StatusError(http.StatusRequestEntityTooLarge,
 				"request body exceeds %d bytes (not counting token fields echoed back in input items)", g.opts.MaxBodyBytes)
 		}
-		req, x, sp, err := decodeResponses(body)
+		req, x, sp, err := decodeResponses(body, func(id string) ([]json.RawMessage, error) {
+			return g.responses.conversation(id, time.Now())
+		})
 		rr = x
 		return req, sp, err
 	}
@@ -379,6 +398,9 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 	}
 	u := c.usage()
 	resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.Usage.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
+	if rr.Store == nil || *rr.Store {
+		g.storeResponse(rr, resp.ID, items)
+	}
 	c.end()
 	if rr.Stream {
 		g.streamResponse(w, c, &resp)
@@ -395,4 +417,24 @@ func nonNullJSON(raw json.RawMessage, def string) json.RawMessage {
 		return r
 	}
 	return json.RawMessage(def)
+}
+
+// storeResponse keeps what the call added to its conversation, its own input and its output
+// items without the training fields, for previous_response_id.
+func (g *Gateway) storeResponse(rr *responsesRequest, id string, output []outputItem) {
+	items := append([]json.RawMessage(nil), rr.own...)
+	for _, it := range output {
+		it.PromptTokenIDs, it.GenerationTokenIDs, it.GenerationLogProbs = nil, nil, nil
+		b, err := json.Marshal(it)
+		if err != nil {
+			g.log.Warn("response not stored", "response", id, "err", err)
+			return
+		}
+		items = append(items, b)
+	}
+	prev := ""
+	if rr.PreviousResponseID != nil {
+		prev = *rr.PreviousResponseID
+	}
+	g.responses.put(id, prev, items, time.Now())
 }
