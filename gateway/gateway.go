@@ -182,7 +182,7 @@ type Gateway struct {
 	sessions *store
 	// responses keeps stored Responses calls for previous_response_id.
 	responses *responseStore
-	created  int64
+	created   int64
 
 	infoSem chan struct{} // capacity 1: one model-info fetch at a time
 	info    atomic.Pointer[modelInfo]
@@ -224,11 +224,11 @@ func New(nc *nats.Conn, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		nc: nc, js: js, opts: opts, log: opts.Logger.With("actor", "gateway"),
-		sessions: newStore(opts.MaxSessions, opts.MaxSessionTokens, opts.FinishedTTL),
+		sessions:  newStore(opts.MaxSessions, opts.MaxSessionTokens, opts.FinishedTTL),
 		responses: newResponseStore(opts.ResponseTTL, opts.MaxStoredResponses, opts.MaxStoredResponseBytes),
-		created:  time.Now().Unix(),
-		infoSem:  make(chan struct{}, 1),
-		idPrefix: rand.Uint64(),
+		created:   time.Now().Unix(),
+		infoSem:   make(chan struct{}, 1),
+		idPrefix:  rand.Uint64(),
 	}
 	g.handler = g.routes()
 	return g, nil

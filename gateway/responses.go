@@ -66,8 +66,8 @@ type responsesRequest struct {
 	// Store keeps the call for a later previous_response_id (nil means true, as OpenAI).
 	Store *bool `json:"store"`
 	// own is the request's own input items, before a previous response's were put first.
-	own []json.RawMessage
-	Reasoning          *struct {
+	own       []json.RawMessage
+	Reasoning *struct {
 		Effort *string `json:"effort"`
 	} `json:"reasoning"`
 	Text *struct {
