@@ -664,10 +664,8 @@ func decodeChat(body []byte) (*chatRequest, messages.SamplingParams, error) {
 	switch {
 	case req.TopLogprobs != nil && *req.TopLogprobs > 0 && !req.Logprobs:
 		return nil, sp, vllmapi.BadRequest("when using `top_logprobs`, `logprobs` must be set to true.")
-	case req.TopLogprobs != nil && *req.TopLogprobs < 0:
-		return nil, sp, vllmapi.BadRequest("top_logprobs must be non-negative, got %d", *req.TopLogprobs)
-	case req.TopLogprobs != nil && *req.TopLogprobs > 0:
-		return nil, sp, vllmapi.BadRequest("top_logprobs > 0 is not supported by the gateway: only the sampled token's logprob is carried (use top_logprobs 0)")
+	case req.TopLogprobs != nil && (*req.TopLogprobs < 0 || *req.TopLogprobs > messages.MaxTopLogprobs):
+		return nil, sp, vllmapi.BadRequest("top_logprobs must be in [0, %d], got %d", messages.MaxTopLogprobs, *req.TopLogprobs)
 	}
 	return &req, sp, nil
 }
@@ -732,10 +730,8 @@ func decodeCompletion(body []byte) (*completionRequest, messages.SamplingParams,
 		return nil, sp, vllmapi.BadRequest("prompt is required")
 	case req.Prompt.isText && req.Prompt.text == "", !req.Prompt.isText && len(req.Prompt.ids) == 0:
 		return nil, sp, vllmapi.BadRequest("prompt must not be empty")
-	case req.Logprobs != nil && *req.Logprobs < 0:
-		return nil, sp, vllmapi.BadRequest("logprobs must be non-negative, got %d", *req.Logprobs)
-	case req.Logprobs != nil && *req.Logprobs > 0:
-		return nil, sp, vllmapi.BadRequest("logprobs > 0 is not supported by the gateway: only the sampled token's logprob is carried (use logprobs 0)")
+	case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > messages.MaxTopLogprobs):
+		return nil, sp, vllmapi.BadRequest("logprobs must be in [0, %d], got %d", messages.MaxTopLogprobs, *req.Logprobs)
 	}
 	return &req, sp, nil
 }

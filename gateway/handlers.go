@@ -296,12 +296,16 @@ type call struct {
 	sampling   messages.SamplingParams
 	maxTokens  int32
 	pieces     bool // fetch each generated token's text, for logprobs
+	// topN asks for that many most likely tokens at each position, for logprobs.
+	topN int32
 	// rendered is a chat call's messages as rendered (see Gateway.chatPrompt).
 	rendered []messages.ChatMessage
 
 	reply  *messages.GenerateReply
 	texts  []string
-	record recorded
+	// altTexts are, with topN, the texts of each position's most likely tokens.
+	altTexts [][]string
+	record   recorded
 }
 
 // begin opens (or continues) the call's session.
@@ -383,7 +387,7 @@ func (g *Gateway) run(ctx context.Context, c *call) error {
 		turn = c.lease.callsMade()
 	}
 	start := time.Now()
-	reply, err := g.generate(ctx, c.key, turn, c.prompt, c.sampling, c.maxTokens)
+	reply, err := g.generate(ctx, c.key, turn, c.prompt, c.sampling, c.maxTokens, c.topN)
 	if err != nil {
 		return err
 	}
@@ -394,6 +398,11 @@ func (g *Gateway) run(ctx context.Context, c *call) error {
 			return err
 		}
 		c.texts = rep.Pieces
+	}
+	if c.pieces && len(reply.TopLogprobs) > 0 {
+		if c.altTexts, err = g.altTexts(ctx, c.key, reply.TopLogprobs); err != nil {
+			return err
+		}
 	}
 	c.reply = reply
 	if c.lease != nil {
@@ -421,6 +430,42 @@ func (c *call) setHeaders(w http.ResponseWriter) {
 }
 
 // tokenString is a token as logprobs show it.
+// altTexts detokenizes the most likely tokens of every position in one request.
+func (g *Gateway) altTexts(ctx context.Context, key string, tops []messages.TopLogprobs) ([][]string, error) {
+	var ids []int32
+	for _, t := range tops {
+		ids = append(ids, t.IDs...)
+	}
+	if len(ids) == 0 {
+		return make([][]string, len(tops)), nil
+	}
+	rep, err := g.detokenize(ctx, key, ids, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]string, len(tops))
+	for i, t := range tops {
+		out[i], rep.Pieces = rep.Pieces[:len(t.IDs):len(t.IDs)], rep.Pieces[len(t.IDs):]
+	}
+	return out, nil
+}
+
+// altString is the logprob token string of position i's j-th most likely token.
+func (c *call) altString(i, j int, asIDs bool) string {
+	if asIDs {
+		return tokenIDPrefix + strconv.FormatInt(int64(c.reply.TopLogprobs[i].IDs[j]), 10)
+	}
+	return c.altTexts[i][j]
+}
+
+// topCount is how many of position i's most likely tokens the call reports.
+func (c *call) topCount(i int) int {
+	if i >= len(c.reply.TopLogprobs) {
+		return 0
+	}
+	return min(len(c.reply.TopLogprobs[i].IDs), int(c.topN))
+}
+
 func (c *call) tokenString(i int, asIDs bool) string {
 	if asIDs {
 		return tokenIDPrefix + strconv.FormatInt(int64(c.reply.Tokens[i]), 10)
@@ -472,10 +517,17 @@ type chatLogprobs struct {
 }
 
 type chatLogprob struct {
-	Token       string        `json:"token"`
-	Logprob     float32       `json:"logprob"`
-	Bytes       []int         `json:"bytes"`
-	TopLogprobs []chatLogprob `json:"top_logprobs"`
+	Token       string           `json:"token"`
+	Logprob     float32          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+// chatTopLogprob is one of a position's most likely tokens.
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
 }
 
 // generationRequest is the body of a generation endpoint.
@@ -529,7 +581,11 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 		for i := range c.reply.Tokens {
 			lp.Content[i] = chatLogprob{
 				Token: c.tokenString(i, req.ReturnTokensAsTokenIDs), Logprob: c.reply.Logprobs[i],
-				Bytes: textBytes(c.texts[i]), TopLogprobs: []chatLogprob{},
+				Bytes: textBytes(c.texts[i]), TopLogprobs: make([]chatTopLogprob, c.topCount(i)),
+			}
+			for j := range lp.Content[i].TopLogprobs {
+				lp.Content[i].TopLogprobs[j] = chatTopLogprob{Token: c.altString(i, j, req.ReturnTokensAsTokenIDs),
+					Logprob: c.reply.TopLogprobs[i].Logprobs[j], Bytes: textBytes(c.altTexts[i][j])}
 			}
 		}
 		choice.Logprobs = lp
@@ -589,6 +645,9 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 		return nil, err
 	}
 	c.pieces = req.Logprobs
+	if req.Logprobs && req.TopLogprobs != nil {
+		c.topN = int32(*req.TopLogprobs)
+	}
 	c.promptText = req.Messages[len(req.Messages)-1].Content
 	if req.forced.outputs != nil {
 		if c.sampling.StructuredOutputs != nil {
@@ -699,6 +758,9 @@ func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	c.pieces = req.Logprobs != nil
+	if req.Logprobs != nil {
+		c.topN = int32(*req.Logprobs)
+	}
 	if err := g.run(ctx, c); err != nil {
 		return err
 	}
@@ -716,6 +778,9 @@ func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error
 			offset += utf8.RuneCountInString(c.texts[i])
 			lp.Tokens[i] = tok
 			lp.TopLogprobs[i] = map[string]float32{tok: c.reply.Logprobs[i]}
+			for j := range c.topCount(i) {
+				lp.TopLogprobs[i][c.altString(i, j, req.ReturnTokensAsTokenIDs)] = c.reply.TopLogprobs[i].Logprobs[j]
+			}
 		}
 		choice.Logprobs = lp
 	}

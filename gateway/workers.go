@@ -226,13 +226,13 @@ func hasExtras(msgs []messages.ChatMessage) bool {
 }
 
 // generate asks the LLM workers for one completion of prompt.
-func (g *Gateway) generate(ctx context.Context, key string, turn int, prompt []int32, sp messages.SamplingParams, maxTokens int32) (*messages.GenerateReply, error) {
+func (g *Gateway) generate(ctx context.Context, key string, turn int, prompt []int32, sp messages.SamplingParams, maxTokens, topN int32) (*messages.GenerateReply, error) {
 	ctx, cancel, dl := g.bounded(ctx)
 	defer cancel()
 	subject := g.opts.Subjects.Generate()
 	req := &messages.GenerateRequest{
 		V: messages.Version, EpisodeID: key, Turn: int32(min(turn, 1<<31-1)), Prompt: prompt,
-		Sampling: sp, MaxTokens: maxTokens, Deadline: dl,
+		Sampling: sp, MaxTokens: maxTokens, TopLogprobs: topN, Deadline: dl,
 	}
 	rep, err := request[messages.GenerateReply](ctx, g, subject, req)
 	if err != nil {

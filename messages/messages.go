@@ -199,9 +199,22 @@ type GenerateRequest struct {
 	Prompt    Tokens         `msgpack:"pt"`
 	Sampling  SamplingParams `msgpack:"sp"`
 	MaxTokens int32          `msgpack:"m"` // this turn's budget, > 0
+	// TopLogprobs asks for the most likely tokens at each position besides the sampled one
+	// (vLLM's logprobs=N, at most MaxTopLogprobs); 0 for none.
+	TopLogprobs int32 `msgpack:"tlp,omitempty"`
 	// Deadline (unix nanoseconds; 0 = none) is when the requester stops
 	// waiting: work still queued then is dropped, and model calls end by it.
 	Deadline int64 `msgpack:"dl,omitempty"`
+}
+
+// MaxTopLogprobs bounds GenerateRequest.TopLogprobs, as vLLM's default max_logprobs does.
+const MaxTopLogprobs = 20
+
+// TopLogprobs are the most likely tokens at one position of a reply, most likely first, with
+// their log-probabilities.
+type TopLogprobs struct {
+	IDs      Tokens   `msgpack:"i"`
+	Logprobs Logprobs `msgpack:"l"`
 }
 
 // GenerateReply answers a GenerateRequest: the sampled token ids exactly as the engine returned
@@ -212,6 +225,8 @@ type GenerateReply struct {
 	Logprobs     Logprobs `msgpack:"lp"`
 	Text         string   `msgpack:"tx"`
 	FinishReason string   `msgpack:"fr"`
+	// TopLogprobs holds, when the request asked for them, one entry per token of Tokens.
+	TopLogprobs []TopLogprobs `msgpack:"tlp,omitempty"`
 	// EndOfTurn is true when the model ended its turn itself: the server stopped on an
 	// end-of-sequence or stop token (finish reason "stop" without a stop string), which is the
 	// last of Tokens. vLLM leaves a stop token's text out of Text, so Text cannot tell.

@@ -329,7 +329,15 @@ func (r *GenerateRequest) validate() *ValidationError {
 		prompt,
 		r.Sampling.validate().in("sampling"),
 		checkPositive("max_tokens", r.MaxTokens),
+		checkTopLogprobs(r.TopLogprobs),
 	)
+}
+
+func checkTopLogprobs(n int32) *ValidationError {
+	if n < 0 || n > MaxTopLogprobs {
+		return invalid("top_logprobs", "must be in [0, %d], got %d", MaxTopLogprobs, n)
+	}
+	return nil
 }
 
 // Validate checks a generate reply: V == Version. A successful reply (Error empty) has non-empty
@@ -348,6 +356,13 @@ func (r *GenerateReply) validate() *ValidationError {
 		return invalid("tokens", "must not be empty")
 	case len(r.Logprobs) != len(r.Tokens):
 		return invalid("logprobs", "%d logprobs for %d tokens", len(r.Logprobs), len(r.Tokens))
+	case len(r.TopLogprobs) != 0 && len(r.TopLogprobs) != len(r.Tokens):
+		return invalid("top_logprobs", "%d entries for %d tokens", len(r.TopLogprobs), len(r.Tokens))
+	}
+	for i, t := range r.TopLogprobs {
+		if len(t.IDs) != len(t.Logprobs) {
+			return invalid(fmt.Sprintf("top_logprobs[%d]", i), "%d ids for %d logprobs", len(t.IDs), len(t.Logprobs))
+		}
 	}
 	return first(
 		checkFiniteLogprobs("logprobs", r.Logprobs, 0, len(r.Logprobs)),

@@ -1,11 +1,13 @@
 package vllm
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,6 +43,9 @@ type CompletionRequest struct {
 	// StructuredOutputs is vLLM's structured_outputs object (guided decoding: "json",
 	// "choice", "regex" ...); nil omits it.
 	StructuredOutputs json.RawMessage
+	// TopLogprobs asks for the most likely tokens at each position (vLLM's logprobs=N); 0
+	// reports the sampled token's logprob only.
+	TopLogprobs int
 }
 
 // Completion is what the engine generated: the sampled token ids, each with
@@ -52,6 +57,15 @@ type Completion struct {
 	FinishReason string // "stop" | "length" | "abort" (ended by a pause) | other engine values passed through
 	StopReason   string // "" when null; the decimal id for a stop token, the string for a stop string
 	PromptTokens int    // usage.prompt_tokens
+	// TopLogprobs holds, when the request asked for TopLogprobs, the most likely tokens at each
+	// position, most likely first (the sampled one among them, as vLLM adds it).
+	TopLogprobs []TopLogprobs
+}
+
+// TopLogprobs are the most likely tokens at one position, with their logprobs.
+type TopLogprobs struct {
+	IDs      []int32
+	Logprobs []float32
 }
 
 func (r *CompletionRequest) validate() error {
@@ -74,6 +88,8 @@ func (r *CompletionRequest) validate() error {
 		return fmt.Errorf("RepetitionPenalty %v, must be finite and >= 0", r.RepetitionPenalty)
 	case r.MinTokens < 0:
 		return fmt.Errorf("MinTokens %d, must be >= 0", r.MinTokens)
+	case r.TopLogprobs < 0:
+		return fmt.Errorf("TopLogprobs %d, must be >= 0", r.TopLogprobs)
 	case len(r.StructuredOutputs) > 0 && !json.Valid(r.StructuredOutputs):
 		return errors.New("StructuredOutputs is not valid JSON")
 	}
@@ -106,10 +122,58 @@ func (c *Client) Complete(ctx context.Context, req CompletionRequest) (_ Complet
 	}
 	defer putBuffer(buf)
 	comp, err := decodeCompletion(buf.Bytes())
+	if err == nil && req.TopLogprobs > 0 {
+		comp.TopLogprobs, err = decodeTopLogprobs(buf.Bytes(), len(comp.TokenIDs))
+	}
 	if err != nil {
 		return Completion{}, opError("complete", c.completionsURL, err)
 	}
 	return comp, nil
+}
+
+// decodeTopLogprobs reads a completion's logprobs.top_logprobs, one map of "token_id:<id>" to
+// logprob per token, into entries sorted most likely first (ties by id). It is read only when
+// asked for: most completions want the sampled tokens alone.
+func decodeTopLogprobs(data []byte, n int) ([]TopLogprobs, error) {
+	var r struct {
+		Choices []struct {
+			Logprobs struct {
+				TopLogprobs []map[string]float32 `json:"top_logprobs"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadResponse, err)
+	}
+	if len(r.Choices) != 1 {
+		return nil, fmt.Errorf("%w: %d choices, want 1", ErrBadResponse, len(r.Choices))
+	}
+	tops := r.Choices[0].Logprobs.TopLogprobs
+	if len(tops) != n {
+		return nil, fmt.Errorf("%w: %d top_logprobs entries for %d tokens", ErrBadResponse, len(tops), n)
+	}
+	out := make([]TopLogprobs, n)
+	type alt struct {
+		id int32
+		lp float32
+	}
+	for i, m := range tops {
+		alts := make([]alt, 0, len(m))
+		for k, lp := range m {
+			id, err := parseTokenID(k)
+			if err != nil {
+				return nil, fmt.Errorf("%w: top_logprobs[%d]: %w", ErrBadResponse, i, err)
+			}
+			alts = append(alts, alt{id, lp})
+		}
+		slices.SortFunc(alts, func(a, b alt) int { return cmp.Or(cmp.Compare(b.lp, a.lp), cmp.Compare(a.id, b.id)) })
+		t := TopLogprobs{IDs: make([]int32, len(alts)), Logprobs: make([]float32, len(alts))}
+		for j, a := range alts {
+			t.IDs[j], t.Logprobs[j] = a.id, a.lp
+		}
+		out[i] = t
+	}
+	return out, nil
 }
 
 func appendCompletionRequest(b []byte, model string, r *CompletionRequest) []byte {
@@ -177,7 +241,9 @@ func appendCompletionRequest(b []byte, model string, r *CompletionRequest) []byt
 		b = append(b, `,"structured_outputs":`...)
 		b = append(b, r.StructuredOutputs...)
 	}
-	b = append(b, `,"n":1,"logprobs":0,"return_tokens_as_token_ids":true,"skip_special_tokens":`...)
+	b = append(b, `,"n":1,"logprobs":`...)
+	b = strconv.AppendInt(b, int64(r.TopLogprobs), 10)
+	b = append(b, `,"return_tokens_as_token_ids":true,"skip_special_tokens":`...)
 	b = strconv.AppendBool(b, r.SkipSpecialTokens)
 	return append(b, '}')
 }

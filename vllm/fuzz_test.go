@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"math"
@@ -37,6 +38,15 @@ func FuzzDecodeCompletion(f *testing.F) {
 		}
 		if len(c.TokenIDs) != len(c.Logprobs) {
 			t.Fatalf("%d ids, %d logprobs", len(c.TokenIDs), len(c.Logprobs))
+		}
+		if tops, err := decodeTopLogprobs(data, len(c.TokenIDs)); err == nil {
+			for i, tp := range tops {
+				if len(tp.IDs) != len(tp.Logprobs) || !slices.IsSortedFunc(tp.Logprobs, func(a, b float32) int { return cmp.Compare(b, a) }) {
+					t.Fatalf("top_logprobs[%d] %+v: not aligned or not most likely first", i, tp)
+				}
+			}
+		} else if !errors.Is(err, ErrBadResponse) {
+			t.Fatalf("top_logprobs error %v is not ErrBadResponse", err)
 		}
 		for i, id := range c.TokenIDs {
 			if id < 0 {

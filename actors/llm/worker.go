@@ -604,6 +604,7 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 		SkipSpecialTokens:      sp.SkipSpecialTokens,
 		IncludeStopStrInOutput: sp.IncludeStopStrInOutput,
 		StructuredOutputs:      sp.StructuredOutputs,
+		TopLogprobs:            int(req.TopLogprobs),
 	}
 	var out vllm.Completion
 	var callStart time.Time
@@ -628,8 +629,16 @@ func (w *Worker) generateOnce(ctx context.Context, req *messages.GenerateRequest
 		rep.Endpoint = ep
 		return rep
 	}
+	var tops []messages.TopLogprobs
+	if len(out.TopLogprobs) > 0 {
+		tops = make([]messages.TopLogprobs, len(out.TopLogprobs))
+		for i, t := range out.TopLogprobs {
+			tops[i] = messages.TopLogprobs{IDs: t.IDs, Logprobs: t.Logprobs}
+		}
+	}
 	return &messages.GenerateReply{
 		V:            messages.Version,
+		TopLogprobs:  tops,
 		Tokens:       out.TokenIDs,
 		Logprobs:     out.Logprobs,
 		Text:         out.Text,
