@@ -158,7 +158,7 @@ func RegisterLLM(nc *nats.Conn, subj messages.Subjects, w *llm.Worker, log *slog
 	if err != nil {
 		return nil, err
 	}
-	w.ServeAsService(svc)
+	w.ServeAsService(svc, nc)
 	return svc, nil
 }
 

@@ -139,8 +139,9 @@ type Worker struct {
 	// ready is closed once the server has the worker's subscriptions.
 	ready     chan struct{}
 	readyOnce sync.Once
-	// svc, when set, takes the requests as service endpoints.
-	svc micro.Service
+	// svc, when set, takes the requests as service endpoints, on svcConn.
+	svc     micro.Service
+	svcConn *nats.Conn
 }
 
 // New builds a worker for the given endpoints.
@@ -177,8 +178,9 @@ func (w *Worker) Stats() Stats {
 // plain subscriptions: the NATS service API then counts each kind's
 // requests, so "nats micro stats" shows the worker's real work. Call it
 // before Run; Run stops svc when it stops taking requests (micro drains its
-// endpoints only all together).
-func (w *Worker) ServeAsService(svc micro.Service) { w.svc = svc }
+// endpoints only all together). nc is svc's connection: the worker is ready
+// once the server has registered the endpoints' subscriptions on it too.
+func (w *Worker) ServeAsService(svc micro.Service, nc *nats.Conn) { w.svc, w.svcConn = svc, nc }
 
 // Ready is closed once Run's subscriptions are registered with the server.
 // A process that starts an env worker beside it waits for it: any other
@@ -391,6 +393,9 @@ func (w *Worker) announceReady(ctx context.Context) {
 	for ctx.Err() == nil && !w.nc.IsClosed() {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := w.nc.FlushWithContext(fctx)
+		if err == nil && w.svcConn != nil && w.svcConn != w.nc {
+			err = w.svcConn.FlushWithContext(fctx)
+		}
 		cancel()
 		if err == nil {
 			w.readyOnce.Do(func() { close(w.ready) })
