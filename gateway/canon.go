@@ -31,13 +31,34 @@ type lastCall struct {
 	endOfTurn bool
 	// hash is the hash of msgs and reply (conversationHashes).
 	hash uint64
+	// settings is the hash of what else shaped the rendering (templateSettings): a call with
+	// other tools or template variables renders anew, never from the remembered call.
+	settings uint64
+}
+
+// templateSettings hashes what besides the messages shapes a chat rendering: the tools, the
+// template variables and the rendering flags.
+func templateSettings(req *messages.ChatTokenizeRequest) uint64 {
+	h := fnv.New64a()
+	h.Write(req.Tools)
+	h.Write([]byte{0})
+	h.Write(req.ChatTemplateKwargs)
+	h.Write([]byte{0, boolByte(req.AddSpecialTokens), boolByte(req.AddGenerationPrompt), boolByte(req.ContinueFinalMessage)})
+	return h.Sum64()
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // newLastCall remembers a chat call: the messages it rendered, the reply the gateway
 // returned, whether the reply closed its turn itself. The hash is computed here, by the
 // session's lease holder, rather than under the store's lock when the session is indexed.
-func newLastCall(msgs []messages.ChatMessage, out *chatOut, endOfTurn bool) *lastCall {
-	lc := &lastCall{msgs: msgs, reply: replyMessage(out), endOfTurn: endOfTurn}
+func newLastCall(msgs []messages.ChatMessage, out *chatOut, endOfTurn bool, settings uint64) *lastCall {
+	lc := &lastCall{msgs: msgs, reply: replyMessage(out), endOfTurn: endOfTurn, settings: settings}
 	lc.hash = conversationHashes(append(slices.Clip(msgs), lc.reply))[len(msgs)]
 	return lc
 }
@@ -323,8 +344,9 @@ func (g *Gateway) chatPrompt(ctx context.Context, c *call, req *messages.ChatTok
 			req.EpisodeID = c.key
 		}
 	}
+	c.settings = templateSettings(req)
 	if c.lease != nil {
-		if seg = c.lease.current(); seg != nil && seg.last != nil {
+		if seg = c.lease.current(); seg != nil && seg.last != nil && seg.last.settings == c.settings {
 			req.Messages, n = seg.last.restore(req.Messages)
 		}
 	}
@@ -338,6 +360,11 @@ func (g *Gateway) chatPrompt(ctx context.Context, c *call, req *messages.ChatTok
 	if err != nil {
 		// The template's turn could not be isolated: the call starts a new segment instead.
 		g.log.Warn("session messages extend its last call but cannot continue its trace", "session", c.key, "err", err)
+		return prompt, req.Messages, nil
+	}
+	if !slices.Equal(prompt[max(len(prompt)-len(tail), 0):], tail) {
+		// The new messages render otherwise after the real conversation than after the
+		// probe's: continuing would guess, so the call starts a new segment instead.
 		return prompt, req.Messages, nil
 	}
 	trace := seg.tokens

@@ -270,7 +270,7 @@ func TestReplacementCharactersContinueTrace(t *testing.T) {
 				t.Fatal(err)
 			}
 			l.record(tok.Tokens, reply, user.Content, 0, time.Now())
-			l.remember([]messages.ChatMessage{user}, &chatOut{Role: "assistant", Content: &text}, reply.EndOfTurn)
+			l.remember([]messages.ChatMessage{user}, &chatOut{Role: "assistant", Content: &text}, reply.EndOfTurn, templateSettings(&messages.ChatTokenizeRequest{AddGenerationPrompt: true}))
 			trace := slices.Concat(tok.Tokens, reply.Tokens)
 			l.release(true, time.Now())
 
@@ -376,5 +376,33 @@ func TestThinkingTemplateContinuesTrace(t *testing.T) {
 				t.Fatalf("session of %d calls in %d segments, want 3 in %d", sum.Calls, sum.Segments, want)
 			}
 		})
+	}
+}
+
+// TestChangedToolsRenderAnew repeats a conversation with a tool added: the remembered call
+// was rendered without it, so the call renders as sent (its prompt shows the tool) and starts
+// a new segment rather than continuing a trace the tool is missing from.
+func TestChangedToolsRenderAnew(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	hdr := map[string]string{HeaderSessionID: "tools-added"}
+	msgs := []map[string]any{{"role": "user", "content": "Guess a number between 1 and 20."}}
+	var first struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", hdr, map[string]any{
+		"messages": msgs, "max_tokens": 32, "seed": 1}).decode(&first); err != nil {
+		t.Fatal(err)
+	}
+	msgs = append(msgs, map[string]any{"role": "assistant", "content": first.Choices[0].Message.Content},
+		map[string]any{"role": "user", "content": "Higher."})
+	f.must(t, http.StatusOK, http.MethodPost, "/v1/chat/completions", hdr, map[string]any{
+		"messages": msgs, "max_tokens": 32, "seed": 2, "tools": []any{jsonValue(t, weatherTool)}, "tool_choice": "none"})
+	var sum summary
+	if err := f.must(t, http.StatusOK, http.MethodGet, "/v1/sessions/tools-added", nil, nil).decode(&sum); err != nil || sum.Segments != 2 {
+		t.Fatalf("session %+v, %v: want a second segment for the call with a tool added", sum, err)
 	}
 }

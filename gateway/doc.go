@@ -33,8 +33,8 @@
 // and json_object, Responses text.format, vLLM's guided_* and structured_outputs) and forced
 // tool calls (tool_choice "required" or naming a function) go to the model server's guided
 // decoding (see structured.go), and a forced reply is read as the tool calls it was forced to
-// be. Features the gateway cannot honour (n > 1, top alternatives in logprobs, ...) are refused
-// with a 400 rather than ignored. Errors have OpenAI's body, {"error": {"message",
+// be. Chat top_logprobs and completions logprobs N come from the model server. Features the
+// gateway cannot honour (n > 1, ...) are refused with a 400 rather than ignored. Errors have OpenAI's body, {"error": {"message",
 // "type", "param", "code"}}: type "invalid_request_error" for a 4xx and "server_error" for a
 // 5xx, param the path of a body field of the wrong JSON type, code null. The status is 400
 // for a bad request, a prompt beyond the context window or a request the model server

@@ -300,6 +300,8 @@ type call struct {
 	topN int32
 	// rendered is a chat call's messages as rendered (see Gateway.chatPrompt).
 	rendered []messages.ChatMessage
+	// settings is templateSettings of the call's rendering.
+	settings uint64
 
 	reply  *messages.GenerateReply
 	texts  []string
@@ -666,7 +668,9 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 			content = rest
 		}
 	}
-	if forced, err := req.forced.calls(content); err != nil {
+	if c.reply.FinishReason == "length" {
+		// Cut off before the forced call was whole: the text is returned as it is, as vLLM does.
+	} else if forced, err := req.forced.calls(content); err != nil {
 		return nil, vllmapi.StatusError(http.StatusBadGateway, "the model's reply to a forced tool call: %v", err)
 	} else if forced != nil {
 		for _, fc := range forced {
@@ -693,7 +697,7 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 		out.message.Content = &content
 	}
 	if c.lease != nil {
-		c.lease.remember(c.rendered, &out.message, c.reply.EndOfTurn)
+		c.lease.remember(c.rendered, &out.message, c.reply.EndOfTurn, c.settings)
 	}
 	return out, nil
 }

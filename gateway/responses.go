@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,7 +35,7 @@ const echoFactor = 8
 var echoedFields = []string{"prompt_token_ids", "generation_token_ids", "generation_log_probs"}
 
 // echoedBytes is how many bytes of a Responses body are echoed training fields of its input
-// items (0 when the body is not one that has them).
+// items, on items of the kinds the gateway outputs (0 when the body is not one that has them).
 func echoedBytes(body []byte) int64 {
 	var r struct {
 		Input []map[string]json.RawMessage `json:"input"`
@@ -43,6 +45,9 @@ func echoedBytes(body []byte) int64 {
 	}
 	var n int64
 	for _, it := range r.Input {
+		if !isOutputItem(it) {
+			continue
+		}
 		for _, k := range echoedFields {
 			if v, ok := it[k]; ok {
 				n += int64(len(k) + len(v) + 4) // the key, its quotes, the colon and a comma
@@ -50,6 +55,35 @@ func echoedBytes(body []byte) int64 {
 		}
 	}
 	return n
+}
+
+// isOutputItem reports whether an input item is of a kind the gateway outputs: a reasoning
+// item, a function call or an assistant message.
+func isOutputItem(it map[string]json.RawMessage) bool {
+	var typ, role string
+	_ = json.Unmarshal(it["type"], &typ)
+	_ = json.Unmarshal(it["role"], &role)
+	return typ == "reasoning" || typ == "function_call" || role == "assistant"
+}
+
+// withoutEchoes is an input item without the training fields it echoes, as it is stored.
+func withoutEchoes(item json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(item, &m) != nil {
+		return item
+	}
+	n := len(m)
+	for _, k := range echoedFields {
+		delete(m, k)
+	}
+	if len(m) == n {
+		return item
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return item
+	}
+	return b
 }
 
 // responsesRequest is the body of POST /v1/responses.
@@ -351,7 +385,7 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 				"request body exceeds %d bytes (not counting token fields echoed back in input items)", g.opts.MaxBodyBytes)
 		}
 		req, x, sp, err := decodeResponses(body, func(id string) ([]json.RawMessage, error) {
-			return g.responses.conversation(id, time.Now())
+			return g.responses.conversation(id, sessionScope(r), time.Now())
 		})
 		rr = x
 		return req, sp, err
@@ -385,7 +419,7 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 	last := &items[len(items)-1]
 	last.PromptTokenIDs, last.GenerationTokenIDs, last.GenerationLogProbs = nonNil(c.prompt), nonNil(c.reply.Tokens), c.reply.Logprobs
 	resp := responseObject{
-		ID: g.nextID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "completed", Model: model.ID,
+		ID: responseID(), Object: "response", CreatedAt: time.Now().Unix(), Status: "completed", Model: model.ID,
 		Output: items, Instructions: rr.Instructions, Tools: nonNullJSON(rr.Tools, "[]"), ToolChoice: nonNullJSON(rr.ToolChoice, `"auto"`),
 		ParallelToolCalls: rr.ParallelToolCalls == nil || *rr.ParallelToolCalls, Temperature: rr.Temperature, TopP: rr.TopP,
 		MaxOutputTokens: rr.MaxOutputTokens, Metadata: rr.Metadata,
@@ -399,7 +433,7 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 	u := c.usage()
 	resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.Usage.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
 	if rr.Store == nil || *rr.Store {
-		g.storeResponse(rr, resp.ID, items)
+		g.storeResponse(rr, resp.ID, sessionScope(r), items)
 	}
 	c.end()
 	if rr.Stream {
@@ -421,8 +455,11 @@ func nonNullJSON(raw json.RawMessage, def string) json.RawMessage {
 
 // storeResponse keeps what the call added to its conversation, its own input and its output
 // items without the training fields, for previous_response_id.
-func (g *Gateway) storeResponse(rr *responsesRequest, id string, output []outputItem) {
-	items := append([]json.RawMessage(nil), rr.own...)
+func (g *Gateway) storeResponse(rr *responsesRequest, id, scope string, output []outputItem) {
+	items := make([]json.RawMessage, 0, len(rr.own)+len(output))
+	for _, it := range rr.own {
+		items = append(items, withoutEchoes(it))
+	}
 	for _, it := range output {
 		it.PromptTokenIDs, it.GenerationTokenIDs, it.GenerationLogProbs = nil, nil, nil
 		b, err := json.Marshal(it)
@@ -436,5 +473,15 @@ func (g *Gateway) storeResponse(rr *responsesRequest, id string, output []output
 	if rr.PreviousResponseID != nil {
 		prev = *rr.PreviousResponseID
 	}
-	g.responses.put(id, prev, items, time.Now())
+	if !g.responses.put(id, prev, scope, items, time.Now()) {
+		g.log.Warn("response too large to store", "response", id)
+	}
+}
+
+// responseID is a fresh response id: "resp_" and 128 random bits, so that nobody continues a
+// response by guessing its id.
+func responseID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "resp_" + hex.EncodeToString(b[:])
 }

@@ -38,21 +38,27 @@ type responseStore struct {
 
 // storedResponse is one Responses call's part of its conversation.
 type storedResponse struct {
-	id, previous string
-	items        []json.RawMessage
-	size         int64
-	expires      time.Time
+	// scope is the caller's (API key and X-Session-Scope): only the same scope continues it.
+	id, previous, scope string
+	items               []json.RawMessage
+	size                int64
+	expires             time.Time
 }
 
 func newResponseStore(ttl time.Duration, maxEntries int, maxBytes int64) *responseStore {
 	return &responseStore{ttl: ttl, maxEntries: maxEntries, maxBytes: maxBytes, byID: make(map[string]*list.Element)}
 }
 
-// put stores a response's part of its conversation.
-func (s *responseStore) put(id, previous string, items []json.RawMessage, now time.Time) {
-	e := &storedResponse{id: id, previous: previous, items: items, expires: now.Add(s.ttl), size: int64(len(id) + len(previous) + 64)}
+// put stores a response's part of its conversation. It reports false, storing nothing, for
+// a part over a 64th of the byte bound, so one call cannot push every other out.
+func (s *responseStore) put(id, previous, scope string, items []json.RawMessage, now time.Time) bool {
+	e := &storedResponse{id: id, previous: previous, scope: scope, items: items, expires: now.Add(s.ttl),
+		size: int64(len(id) + len(previous) + len(scope) + 64)}
 	for _, it := range items {
 		e.size += int64(len(it))
+	}
+	if e.size > s.maxBytes/64 {
+		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -62,17 +68,22 @@ func (s *responseStore) put(id, previous string, items []json.RawMessage, now ti
 	for s.order.Len() > s.maxEntries || s.bytes > s.maxBytes {
 		s.drop(s.order.Front())
 	}
+	return true
 }
 
-// conversation returns the items of the conversation that response id ended: every earlier
-// response's, oldest first, then its own.
-func (s *responseStore) conversation(id string, now time.Time) ([]json.RawMessage, error) {
+// conversation returns the items of the conversation that response id ended, for a caller
+// of the given scope: every earlier response's, oldest first, then its own. Reading a
+// conversation keeps all of it for another TTL: one in use does not expire.
+func (s *responseStore) conversation(id, scope string, now time.Time) ([]json.RawMessage, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
 	var chain []*storedResponse
 	for cur := id; cur != ""; {
 		el, ok := s.byID[cur]
+		if ok && el.Value.(*storedResponse).scope != scope {
+			ok = false // another caller's: as unknown as any id never issued
+		}
 		if !ok {
 			if cur == id {
 				return nil, vllmapi.StatusError(http.StatusNotFound, "previous response %.64q is not stored (it expired, was never stored, or store was false)", id)
@@ -82,6 +93,10 @@ func (s *responseStore) conversation(id string, now time.Time) ([]json.RawMessag
 		r := el.Value.(*storedResponse)
 		chain = append(chain, r)
 		cur = r.previous
+	}
+	for _, r := range chain {
+		r.expires = now.Add(s.ttl)
+		s.order.MoveToBack(s.byID[r.id])
 	}
 	var items []json.RawMessage
 	for i := len(chain) - 1; i >= 0; i-- {

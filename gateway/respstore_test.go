@@ -14,29 +14,44 @@ func TestResponseStore(t *testing.T) {
 	now := time.Unix(1000, 0)
 	item := func(s string) []json.RawMessage { return []json.RawMessage{json.RawMessage(fmt.Sprintf("%q", s))} }
 	s := newResponseStore(time.Minute, 3, 1<<20)
-	s.put("r1", "", item("a"), now)
-	s.put("r2", "r1", item("b"), now.Add(time.Second))
-	got, err := s.conversation("r2", now.Add(2*time.Second))
+	s.put("r1", "", "A", item("a"), now)
+	s.put("r2", "r1", "A", item("b"), now.Add(time.Second))
+	got, err := s.conversation("r2", "A", now.Add(2*time.Second))
 	if err != nil || len(got) != 2 || string(got[0]) != `"a"` || string(got[1]) != `"b"` {
 		t.Fatalf("conversation r2 = %s, %v", got, err)
 	}
-	// The oldest goes first beyond the count bound, and a chain through it breaks.
-	s.put("r3", "r2", item("c"), now.Add(3*time.Second))
-	s.put("x", "", item("d"), now.Add(4*time.Second))
-	if _, err := s.conversation("r3", now.Add(5*time.Second)); err == nil || !strings.Contains(err.Error(), "no longer stored") {
-		t.Fatalf("a chain missing its first response: %v", err)
+	// Another caller's response is as unknown as one never issued.
+	if _, err := s.conversation("r2", "B", now.Add(2*time.Second)); err == nil {
+		t.Fatal("another scope continued the response")
 	}
-	// Past the TTL nothing is left.
-	if _, err := s.conversation("x", now.Add(2*time.Minute)); err == nil || s.len() != 0 {
+	// Reading kept r1 and r2 alive and made them the newest: beyond the count bound the
+	// oldest unread one goes first.
+	s.put("x", "", "A", item("x"), now.Add(3*time.Second))
+	if _, err := s.conversation("r2", "A", now.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s.put("y", "", "A", item("y"), now.Add(5*time.Second))
+	if _, err := s.conversation("x", "A", now.Add(6*time.Second)); err == nil {
+		t.Fatal("x, the least recently used, is still stored")
+	}
+	// A conversation in use outlives the TTL of its first response.
+	if _, err := s.conversation("r2", "A", now.Add(62*time.Second)); err != nil {
+		t.Fatalf("a conversation read a minute ago expired: %v", err)
+	}
+	// Past the TTL unread, nothing is left.
+	if _, err := s.conversation("r2", "A", now.Add(10*time.Minute)); err == nil || s.len() != 0 {
 		t.Fatalf("after the TTL: %v, %d stored", err, s.len())
 	}
-	// The byte bound holds too.
-	b := newResponseStore(time.Hour, 100, 300)
-	for i := range 10 {
-		b.put(fmt.Sprint(i), "", item(strings.Repeat("x", 100)), now)
-		if b.bytes > 300 {
-			t.Fatalf("%d bytes stored, bound 300", b.bytes)
+	// The byte bound holds, and one part over a 64th of it is not stored.
+	b := newResponseStore(time.Hour, 1000, 64*200)
+	for i := range 200 {
+		b.put(fmt.Sprint(i), "", "", item(strings.Repeat("x", 100)), now)
+		if b.bytes > 64*200 {
+			t.Fatalf("%d bytes stored, bound %d", b.bytes, 64*200)
 		}
+	}
+	if b.put("big", "", "", item(strings.Repeat("x", 300)), now) {
+		t.Fatal("a part over a 64th of the byte bound was stored")
 	}
 }
 

@@ -549,10 +549,16 @@ func (l *lease) record(prompt []int32, reply *messages.GenerateReply, promptText
 
 // remember keeps the chat call just recorded as the current segment's last call: the
 // messages it rendered and the reply the gateway returned.
-func (l *lease) remember(msgs []messages.ChatMessage, out *chatOut, endOfTurn bool) {
-	if seg := l.current(); seg != nil {
-		seg.last = newLastCall(msgs, out, endOfTurn)
+func (l *lease) remember(msgs []messages.ChatMessage, out *chatOut, endOfTurn bool, settings uint64) {
+	seg := l.current()
+	if seg == nil {
+		return
 	}
+	// Only the current segment's last call is ever read: earlier ones let go of theirs.
+	for _, s := range l.s.segs {
+		s.last = nil
+	}
+	seg.last = newLastCall(msgs, out, endOfTurn, settings)
 }
 
 // segmentEpisodeID is the episode id of segment k of a session: the session id for the first,
