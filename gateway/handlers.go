@@ -303,8 +303,8 @@ type call struct {
 	// settings is templateSettings of the call's rendering.
 	settings uint64
 
-	reply  *messages.GenerateReply
-	texts  []string
+	reply *messages.GenerateReply
+	texts []string
 	// altTexts are, with topN, the texts of each position's most likely tokens.
 	altTexts [][]string
 	record   recorded
