@@ -25,6 +25,7 @@
 // Usage: see usage() or docs/models.md. Prints one JSON summary line; exit 0 when all checks
 // pass, 1 on a mismatch or when nothing was checked, 2 on bad usage.
 "use strict";
+const { loadModel } = require("./chat-reference.cjs");
 const fs = require("fs"), http = require("http"), os = require("os"), path = require("path"), readline = require("readline");
 
 function usage(msg) {
@@ -64,29 +65,13 @@ function parseArgs(argv) {
   return o;
 }
 
-// need loads a package of the reference from the node_modules scripts/fetch-tokenizers.sh fills.
-function need(name) {
-  const base = process.env.ROLLFLEET_TOKENIZERS || path.join(__dirname, "..", ".cache", "tokenizers");
-  try {
-    return require(require.resolve(name, { paths: [path.join(base, "node")] }));
-  } catch (e) {
-    usage(`cannot load ${name} from ${path.join(base, "node", "node_modules")} (run scripts/fetch-tokenizers.sh): ${e.message.split("\n")[0]}`);
-  }
-}
-
 // Reference renders and tokenizes as transformers does for vLLM: template text, then encode
 // without adding special tokens (the template writes them).
 class Reference {
   constructor(o) {
-    const { TokenizerLoader } = need("@lenml/tokenizers");
-    this.Template = need("@huggingface/jinja").Template; // the bundled engine cannot parse Qwen3's or Gemma 3's templates
-    const read = (name) => JSON.parse(fs.readFileSync(path.join(o.modelDir, name), "utf8"));
-    const config = read("tokenizer_config.json");
-    const jinjaFile = o.chatTemplate || path.join(o.modelDir, "chat_template.jinja");
-    if (o.chatTemplate || (!config.chat_template && fs.existsSync(jinjaFile))) config.chat_template = fs.readFileSync(jinjaFile, "utf8");
-    if (!config.chat_template) usage(`${o.modelDir} has no chat template (give --chat-template FILE)`);
-    const json = read("tokenizer.json");
-    this.tok = TokenizerLoader.fromPreTrained({ tokenizerJSON: json, tokenizerConfig: config });
+    const { tok, Template, json } = loadModel(o.modelDir, o.chatTemplate, usage);
+    this.tok = tok;
+    this.Template = Template;
     this.kwargs = o.kwargs;
     this.keepArgumentStrings = !!o.keepArgumentStrings;
     this.specialIds = new Set(json.added_tokens.filter((t) => t.special).map((t) => t.id));

@@ -12,7 +12,8 @@
 //          [--max-model-len N] [--chat-template FILE]
 // Prints "reference-server: listening on http://HOST:PORT" once it accepts connections.
 "use strict";
-const crypto = require("crypto"), fs = require("fs"), http = require("http"), path = require("path");
+const { loadModel } = require("./chat-reference.cjs");
+const crypto = require("crypto"), http = require("http"), path = require("path");
 
 function usage(msg) {
   process.stderr.write(`reference-server: ${msg}
@@ -41,28 +42,12 @@ function parseArgs(argv) {
   return o;
 }
 
-// need loads a package of the reference from the node_modules scripts/fetch-tokenizers.sh fills.
-function need(name) {
-  const base = process.env.ROLLFLEET_TOKENIZERS || path.join(__dirname, "..", ".cache", "tokenizers");
-  try {
-    return require(require.resolve(name, { paths: [path.join(base, "node")] }));
-  } catch (e) {
-    usage(`cannot load ${name} from ${path.join(base, "node", "node_modules")} (run scripts/fetch-tokenizers.sh): ${e.message.split("\n")[0]}`);
-  }
-}
-
 // Model is the tokenizer and chat template of --model-dir, loaded as check-chat-tokens.cjs does.
 class Model {
   constructor(o) {
-    const { TokenizerLoader } = need("@lenml/tokenizers");
-    this.Template = need("@huggingface/jinja").Template; // the bundled engine cannot parse Qwen3's or Gemma 3's templates
-    const read = (name) => JSON.parse(fs.readFileSync(path.join(o.modelDir, name), "utf8"));
-    const config = read("tokenizer_config.json");
-    const jinjaFile = o.chatTemplate || path.join(o.modelDir, "chat_template.jinja");
-    if (o.chatTemplate || (!config.chat_template && fs.existsSync(jinjaFile))) config.chat_template = fs.readFileSync(jinjaFile, "utf8");
-    if (!config.chat_template) usage(`${o.modelDir} has no chat template (give --chat-template FILE)`);
-    const json = read("tokenizer.json");
-    this.tok = TokenizerLoader.fromPreTrained({ tokenizerJSON: json, tokenizerConfig: config });
+    const { tok, Template, json } = loadModel(o.modelDir, o.chatTemplate, usage);
+    this.tok = tok;
+    this.Template = Template;
     this.vocabSize = this.tok.model.vocab.length;
     this.eos = this.tok.eos_token_id;
     // The end-of-turn id is the token the template writes right after an assistant's text.
