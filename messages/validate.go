@@ -284,6 +284,12 @@ func checkMessages(msgs []ChatMessage) *ValidationError {
 
 func checkEnvOptions(opts []byte) *ValidationError { return checkJSONObject("env_options", opts) }
 
+// IsJSONObject reports whether b is a JSON object.
+func IsJSONObject(b []byte) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
+}
+
 // checkJSONObject checks that b is empty or a JSON object.
 func checkJSONObject(field string, b []byte) *ValidationError {
 	if len(b) == 0 {

@@ -395,7 +395,7 @@ func (c *Client) checkSpec(s *Spec) error {
 			return bad("%s %q is not one of %s", check.field, check.v, strings.Join(check.allowed, ", "))
 		}
 	}
-	if kw := s.templateKwargs(); kw != nil && !isJSONObject(kw) {
+	if kw := s.templateKwargs(); kw != nil && !messages.IsJSONObject(kw) {
 		return bad("chat_template_kwargs must be a JSON object")
 	}
 	if s.Env != "" {
@@ -545,12 +545,6 @@ func (c *Client) publishEpisodes(ctx context.Context, reqs *batchRequests, idx [
 		}
 	}
 	return nil
-}
-
-// isJSONObject reports whether b is a JSON object.
-func isJSONObject(b []byte) bool {
-	var m map[string]json.RawMessage
-	return json.Unmarshal(b, &m) == nil && m != nil
 }
 
 // templateName is the spec's chat template as messages.EpisodeRequest names it.

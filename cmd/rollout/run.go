@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -450,8 +449,7 @@ func templateKwargs(flag string) ([]byte, error) {
 	if flag == "" {
 		return nil, nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(flag), &m); err != nil || m == nil {
+	if !messages.IsJSONObject([]byte(flag)) {
 		return nil, fmt.Errorf("--chat-template-kwargs must be a JSON object, got %.64q", flag)
 	}
 	return []byte(flag), nil
