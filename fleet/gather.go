@@ -170,12 +170,21 @@ func (g *gatherer) handleBatch(rec record, records <-chan record) error {
 	return g.commit()
 }
 
-// commit makes what was handled durable — the outputs written out, then
-// the ledger — and only then acknowledges the records, which frees them
-// from their streams.
+// commit makes what was handled durable — the outputs written out and
+// synced, then the ledger — and only then acknowledges the records, which
+// frees them from their streams: after a power loss an acknowledged
+// record is on disk, and the ledger names no line the outputs lost.
 func (g *gatherer) commit() error {
 	if err := g.flush(); err != nil {
 		return err
+	}
+	for _, w := range []io.Writer{g.opts.Out, g.opts.FailuresOut, g.opts.GroupsOut} {
+		// Only the run's output files are synced: a pipe cannot be.
+		if o, ok := w.(*Output); ok {
+			if err := o.Sync(); err != nil {
+				return err
+			}
+		}
 	}
 	if g.ledger != nil {
 		if err := g.ledger.flush(); err != nil {

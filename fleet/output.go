@@ -23,8 +23,9 @@ var ErrNoPartialOutput = errors.New("fleet: no partial output of this run")
 // an earlier file; a run that started but did not finish leaves it, and
 // --resume appends to it. It is an io.Writer.
 type Output struct {
-	path string // the destination, symlinks resolved
-	f    *os.File
+	path  string // the destination, symlinks resolved
+	f     *os.File
+	dirty bool // written since the last Sync
 }
 
 // PartPath is where the output of run for path is written until the run
@@ -77,7 +78,32 @@ func CreateOutput(path, run string, resume bool) (*Output, error) {
 		// An existing file's mode, exactly (the umask applied at create).
 		_ = f.Chmod(perm)
 	}
+	// The part file must outlast a power loss before the run acknowledges
+	// anything written to it: its entry is durable once its directory is.
+	err = f.Sync()
+	if err == nil {
+		err = syncDir(filepath.Dir(part))
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(part)
+		return nil, fmt.Errorf("fleet: output %s: %w", path, err)
+	}
 	return &Output{path: dest, f: f}, nil
+}
+
+// syncDir makes dir's entries durable: a file created, renamed or removed
+// in it survives a power loss only once its directory is synced too.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // dropTornLine truncates the part file after its last complete line and
@@ -133,7 +159,23 @@ func (o *Output) Lines(fn func(line []byte)) error {
 }
 
 // Write writes to the part file.
-func (o *Output) Write(p []byte) (int, error) { return o.f.Write(p) }
+func (o *Output) Write(p []byte) (int, error) {
+	o.dirty = true
+	return o.f.Write(p)
+}
+
+// Sync makes what was written to the part file durable, if anything was
+// written since the last Sync.
+func (o *Output) Sync() error {
+	if !o.dirty {
+		return nil
+	}
+	if err := o.f.Sync(); err != nil {
+		return fmt.Errorf("fleet: output %s: %w", o.path, err)
+	}
+	o.dirty = false
+	return nil
+}
 
 // Path is the destination.
 func (o *Output) Path() string { return o.path }
@@ -159,7 +201,8 @@ func (o *Output) Suspend() error {
 	return nil
 }
 
-// Finish moves the part file over the destination, after syncing it.
+// Finish moves the part file over the destination, after syncing it, and
+// syncs the directory, so that the move outlasts a power loss.
 func (o *Output) Finish() error {
 	err := o.Suspend()
 	if err == nil {
@@ -167,6 +210,9 @@ func (o *Output) Finish() error {
 	}
 	if err != nil {
 		return fmt.Errorf("fleet: output %s (what was written is in %s): %w", o.path, o.f.Name(), err)
+	}
+	if err := syncDir(filepath.Dir(o.path)); err != nil {
+		return fmt.Errorf("fleet: output %s: %w", o.path, err)
 	}
 	return nil
 }

@@ -35,13 +35,17 @@ func (b bitset) has(i int) bool { return i >= 0 && i/64 < len(b) && b[i/64]&(1<<
 // Ledger is what a run has written, episode by episode, kept beside its
 // output as .<name>.<run>.done so that an interrupted run can be resumed:
 // an episode is entered once its outcome was written to the outputs, and
-// before it is acknowledged on the stream. On resume the ledger and the
-// outputs' part files say which episodes and groups were written; those
-// are neither played nor written again. An open ledger holds the run's
-// lock: one process at a time writes a run's files.
+// before it is acknowledged on the stream. Each commit syncs the outputs,
+// then the ledger, and only then acknowledges: after a power loss the
+// ledger never names an episode the outputs lost, and an outcome
+// acknowledged (gone from its stream) is on disk. On resume the ledger and
+// the outputs' part files say which episodes and groups were written;
+// those are neither played nor written again. An open ledger holds the
+// run's lock: one process at a time writes a run's files.
 type Ledger struct {
 	run      string
 	resumed  bool
+	finished bool // the run finished: its outputs are being moved
 	f        *os.File
 	unlock   func()
 	w        *bufio.Writer
@@ -102,10 +106,20 @@ func OpenLedger(out, run string, resume bool) (*Ledger, error) {
 	}
 	l := &Ledger{run: run, f: f, unlock: unlock, resumed: resume}
 	if resume {
-		if err := l.load(); err != nil {
-			l.release()
-			return nil, err
+		err = l.load()
+	} else {
+		// The ledger must exist after a power loss once anything is
+		// acknowledged.
+		if err = f.Sync(); err == nil {
+			err = syncDir(filepath.Dir(path))
 		}
+		if err != nil {
+			err = fmt.Errorf("fleet: ledger: %w", err)
+		}
+	}
+	if err != nil {
+		l.release()
+		return nil, err
 	}
 	l.w = bufio.NewWriterSize(f, 64<<10)
 	return l, nil
@@ -118,8 +132,9 @@ func (l *Ledger) release() error {
 	return err
 }
 
-// load reads the ledger's entries ("e <n>" an episode, "g <n>" a group),
-// ignoring a last line cut short.
+// load reads the ledger's entries ("e <n>" an episode, "g <n>" a group,
+// "f <n>" the run finished with n episodes), ignoring a last line cut
+// short.
 func (l *Ledger) load() error {
 	data, err := io.ReadAll(l.f)
 	if err != nil {
@@ -139,6 +154,8 @@ func (l *Ledger) load() error {
 			l.episodes.add(n)
 		case 'g':
 			l.groups.add(n)
+		case 'f':
+			l.finished = true
 		}
 	}
 	if err := l.f.Truncate(int64(end)); err != nil {
@@ -252,19 +269,41 @@ func (l *Ledger) write(kind byte, n int) {
 	l.w.WriteByte('\n')
 }
 
+// flush makes the entries written since the last flush durable.
 func (l *Ledger) flush() error {
-	if err := l.w.Flush(); err != nil {
+	if l.w.Buffered() == 0 {
+		return nil
+	}
+	err := l.w.Flush()
+	if err == nil {
+		err = l.f.Sync()
+	}
+	if err != nil {
 		return fmt.Errorf("fleet: ledger: %w", err)
 	}
 	return nil
 }
 
+// MarkFinished enters, durably, that the run finished: its outputs are
+// about to replace their destinations. A power loss before the ledger is
+// removed leaves a run that --resume knows to have finished (Finished).
+func (l *Ledger) MarkFinished() error {
+	l.write('f', l.Episodes())
+	l.finished = true
+	return l.flush()
+}
+
+// Finished reports whether the run was marked finished (MarkFinished):
+// a resumed ledger's run ended, but whether each output was moved over
+// its destination is for the part files to say.
+func (l *Ledger) Finished() bool { return l.finished }
+
 // Close closes the ledger and drops the run's lock; with remove (the run
-// finished, or a new run never started) it is deleted first.
+// finished, or a new run never started) it is deleted first, durably.
 func (l *Ledger) Close(remove bool) error {
 	err := l.w.Flush()
 	if remove {
-		if rerr := os.Remove(l.f.Name()); err == nil {
+		if rerr := removeSynced(l.f.Name()); err == nil {
 			err = rerr
 		}
 	}
@@ -318,7 +357,9 @@ func ManifestPath(out, run string) string {
 	return filepath.Join(dir, "."+base+"."+messages.NameToken(run)+".run.json")
 }
 
-// SaveManifest writes m beside out.
+// SaveManifest writes m beside out, atomically and durably: a power loss
+// leaves the manifest whole or absent (a temporary file is written,
+// synced and renamed over it, and the directory synced).
 func SaveManifest(out string, m Manifest) error {
 	if m.Dataset != "" {
 		sum, err := fileSHA256(m.Dataset)
@@ -331,10 +372,45 @@ func SaveManifest(out string, m Manifest) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(ManifestPath(out, m.RunID), append(data, '\n'), 0o644); err != nil {
+	if err := writeSynced(ManifestPath(out, m.RunID), append(data, '\n')); err != nil {
 		return fmt.Errorf("fleet: run manifest: %w", err)
 	}
 	return nil
+}
+
+// writeSynced replaces path with data atomically and durably.
+func writeSynced(path string, data []byte) error {
+	// One writer at a time holds the run's lock, so a fixed temporary
+	// name serves, and a crash's leftover is overwritten next time.
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// removeSynced removes path and syncs its directory, so that the removal
+// outlasts a power loss.
+func removeSynced(path string) error {
+	if err := os.Remove(path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }
 
 // LoadManifest reads run's manifest beside out and checks that its dataset
@@ -363,8 +439,9 @@ func LoadManifest(out, run string) (Manifest, error) {
 	return m, nil
 }
 
-// RemoveManifest deletes run's manifest once the run finished.
-func RemoveManifest(out, run string) error { return os.Remove(ManifestPath(out, run)) }
+// RemoveManifest deletes run's manifest, durably, once the run finished
+// (before its ledger, which says that the run finished).
+func RemoveManifest(out, run string) error { return removeSynced(ManifestPath(out, run)) }
 
 func fileSHA256(path string) (string, error) {
 	f, err := os.Open(path)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -100,7 +101,16 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 	}
 	run := jobs.NewRunID()
 	if c.Resume != "" {
-		if err := c.loadManifest(); err != nil {
+		// A run that finished removes its manifest before its ledger: one
+		// whose end a crash cut short may have only its ledger left.
+		err := c.loadManifest()
+		if err != nil && !errors.Is(err, fleet.ErrNoPartialOutput) {
+			return sum, err
+		}
+		if done, ferr := c.finishedBefore(); done || ferr != nil {
+			return sum, ferr
+		}
+		if err != nil {
 			return sum, err
 		}
 		run = c.Resume
@@ -333,7 +343,7 @@ func (c *runCmd) openRunFiles(opts *fleet.Options) (*runFiles, error) {
 		f.ledger, opts.Ledger = l, l
 	}
 	var outs [3]*fleet.Output // trajectories, failures, groups
-	for k, path := range []string{c.Out, c.FailuresOut, c.GroupsOut} {
+	for k, path := range c.outputPaths() {
 		if path == "" || path == "-" {
 			continue
 		}
@@ -379,6 +389,47 @@ func (c *runCmd) openRunFiles(opts *fleet.Options) (*runFiles, error) {
 	return f, nil
 }
 
+// outputPaths are the run's trajectories, failures and groups outputs; a
+// path may be empty (none) or "-" (stdout).
+func (c *runCmd) outputPaths() [3]string { return [3]string{c.Out, c.FailuresOut, c.GroupsOut} }
+
+// finishedBefore reports whether the run being resumed had finished, its
+// ledger marked so, and a crash cut short the end that moves its outputs
+// over their destinations and removes its manifest and ledger; if so it
+// completes that end.
+func (c *runCmd) finishedBefore() (bool, error) {
+	l, err := fleet.OpenLedger(c.Out, c.Resume, true)
+	if errors.Is(err, fleet.ErrNoPartialOutput) {
+		return false, nil // the resume itself says what is missing
+	}
+	if err != nil {
+		return false, err
+	}
+	if !l.Finished() {
+		return false, l.Close(false)
+	}
+	f := &runFiles{out: c.Out, run: c.Resume, resume: true, hint: c.resumeHint(c.Resume), ledger: l}
+	for _, path := range c.outputPaths() {
+		if path == "" || path == "-" {
+			continue
+		}
+		o, err := fleet.CreateOutput(path, c.Resume, true)
+		if errors.Is(err, fleet.ErrNoPartialOutput) {
+			continue // moved over its destination before the crash
+		}
+		if err != nil {
+			f.abandon()
+			return true, err
+		}
+		f.outputs = append(f.outputs, o)
+	}
+	if err := f.finish(); err != nil {
+		return true, err
+	}
+	fmt.Fprintf(os.Stderr, "run %s had finished: its trajectories are in %s\n", c.Resume, c.Out)
+	return true, nil
+}
+
 // abandon ends the files of a run that did not start. A new run's are
 // removed: nothing was written, and the files that were there stay as
 // they were. An interrupted run's are kept as they are, for the next
@@ -411,28 +462,68 @@ func (f *runFiles) close(sum fleet.Summary, runErr error) error {
 		}
 		return nil
 	}
-	finished := runErr == nil
-	var errs []error
-	for _, o := range f.outputs {
-		if finished {
-			errs = append(errs, o.Finish())
-		} else {
-			errs = append(errs, o.Suspend())
-		}
-	}
-	if f.ledger != nil {
-		errs = append(errs, f.ledger.Close(finished))
-		if finished {
-			errs = append(errs, fleet.RemoveManifest(f.out, f.run))
-		} else {
+	if runErr != nil {
+		err := f.suspend()
+		if f.ledger != nil {
 			fmt.Fprintf(os.Stderr, "run %s unfinished: what it wrote is kept; continue it with: %s\n", f.run, f.hint)
 		}
+		return err
 	}
-	err := errors.Join(errs...)
-	if finished && err == nil && f.out != "-" {
+	if err := f.finish(); err != nil {
+		return err
+	}
+	if f.out != "-" {
 		fmt.Fprintf(os.Stderr, "wrote %d trajectories to %s\n", sum.AllTrajectories(), f.out)
 	}
-	return err
+	return nil
+}
+
+// suspend keeps the files of a run that started but did not finish, for
+// --resume.
+func (f *runFiles) suspend() error {
+	var errs []error
+	for _, o := range f.outputs {
+		errs = append(errs, o.Suspend())
+	}
+	if f.ledger != nil {
+		errs = append(errs, f.ledger.Close(false))
+	}
+	return errors.Join(errs...)
+}
+
+// finish ends the files of a run that finished in an order that a power
+// loss at any instant leaves either unfinished or marked finished, which
+// --resume completes: the outputs synced, then the ledger marked finished,
+// each output moved over its destination, the manifest removed and last
+// the ledger.
+func (f *runFiles) finish() error {
+	var errs []error
+	for _, o := range f.outputs {
+		errs = append(errs, o.Sync())
+	}
+	if f.ledger != nil && !f.ledger.Finished() && errors.Join(errs...) == nil {
+		errs = append(errs, f.ledger.MarkFinished())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return errors.Join(err, f.suspend())
+	}
+	for _, o := range f.outputs {
+		errs = append(errs, o.Finish())
+	}
+	if f.ledger == nil {
+		return errors.Join(errs...)
+	}
+	if errors.Join(errs...) == nil {
+		// Already gone when a crash cut short a finish that removed it.
+		if err := fleet.RemoveManifest(f.out, f.run); !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintf(os.Stderr, "run %s finished, but its files were not all moved in place; complete it with: %s\n", f.run, f.hint)
+		return errors.Join(err, f.ledger.Close(false))
+	}
+	return f.ledger.Close(true)
 }
 
 // templateName is the messages.EpisodeRequest.ChatTemplateName of a
