@@ -18,6 +18,17 @@ import (
 // ignored, as vLLM ignores them; fields of features the gateway cannot honour are refused with
 // a 400 rather than silently dropped.
 
+// MaxChoices bounds n, the number of samples of one call: each is a session of its own.
+const MaxChoices = 128
+
+// choices is the number of samples the call asks for.
+func (f *samplingFields) choices() int {
+	if f.N == nil {
+		return 1
+	}
+	return int(*f.N)
+}
+
 // maxSessionIDLength bounds session ids, leaving room in episode ids for a segment suffix.
 const maxSessionIDLength = 256
 
@@ -525,8 +536,10 @@ func (f *samplingFields) refused() error {
 		return vllmapi.BadRequest("prompt_logprobs is not supported by the gateway")
 	case f.Priority != 0:
 		return vllmapi.BadRequest("priority is not supported by the gateway")
-	case f.N != nil && *f.N != 1:
-		return vllmapi.BadRequest("n must be 1: the gateway records one completion per call, got %d", *f.N)
+	case f.N != nil && *f.N < 1:
+		return vllmapi.BadRequest("n must be at least 1, got %d", *f.N)
+	case f.N != nil && *f.N > MaxChoices:
+		return vllmapi.BadRequest("n must be at most %d, got %d", MaxChoices, *f.N)
 	}
 	return nil
 }

@@ -33,8 +33,10 @@
 // and json_object, Responses text.format, vLLM's guided_* and structured_outputs) and forced
 // tool calls (tool_choice "required" or naming a function) go to the model server's guided
 // decoding (see structured.go), and a forced reply is read as the tool calls it was forced to
-// be. Chat top_logprobs and completions logprobs N come from the model server. Features the
-// gateway cannot honour (n > 1, ...) are refused with a 400 rather than ignored. Errors have OpenAI's body, {"error": {"message",
+// be. Chat top_logprobs and completions logprobs N come from the model server. A call with
+// n > 1 draws n samples of the prompt, recorded as one group (see Groups of samples). Features
+// the gateway cannot honour (best_of, beam search, ...) are refused with a 400 rather than
+// ignored. Errors have OpenAI's body, {"error": {"message",
 // "type", "param", "code"}}: type "invalid_request_error" for a 4xx and "server_error" for a
 // 5xx, param the path of a body field of the wrong JSON type, code null. The status is 400
 // for a bad request, a prompt beyond the context window or a request the model server
@@ -98,6 +100,14 @@
 // edited history matches nothing and drifts as before. A call without a session id first
 // looks for the open session of its scope whose last call and reply its messages repeat so
 // (the longest such conversation), and otherwise is attached by its tokens as above.
+//
+// # Groups of samples
+//
+// A chat or completion call with n > 1 on session S records sample 0 in S and sample k in a
+// session "S~k" (ForkSuffix) that starts as a copy of S; choice k names its session. The n
+// sessions are placed in one group (group id S, sample index k, group size n), the default
+// of their finish, and each goes on and is finished on its own. The samples are generated at
+// once, routed by S, sample k with seed+k when a seed is given; the call records all or none.
 //
 // Finishing a session with a reward publishes one Trajectory per segment on the trajectory
 // subject of its env, with the episode id as JetStream message id so that a retried finish

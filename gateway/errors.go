@@ -42,6 +42,12 @@ var (
 	// ErrSessionBusy means another call or finish on the same session is in progress: calls on
 	// one session must be sequential (HTTP 409).
 	ErrSessionBusy = errors.New("gateway: another request on this session is in progress")
+	// ErrSessionExists means a call with n > 1 would open a session for one of its samples
+	// under an id already open or recently ended (HTTP 409).
+	ErrSessionExists = errors.New("gateway: session for a sample already exists")
+	// ErrNestedGroup means a call with n > 1 was made on a session that is already a sample
+	// of a group: groups do not nest (HTTP 400).
+	ErrNestedGroup = errors.New("gateway: n > 1 on a sample of a group")
 	// ErrTooManySessions means Options.MaxSessions sessions are open (HTTP 429).
 	ErrTooManySessions = errors.New("gateway: too many open sessions")
 	// ErrSessionTooLong means a call would take a session past Options.MaxSessionTokens
@@ -68,6 +74,8 @@ var knownErrors = []struct {
 	{ErrSessionFinished, http.StatusConflict, ""},
 	{ErrSessionBusy, http.StatusConflict, ""},
 	{ErrSessionAmbiguous, http.StatusConflict, ""},
+	{ErrSessionExists, http.StatusConflict, ""},
+	{ErrNestedGroup, http.StatusBadRequest, ""},
 	{ErrTooManySessions, http.StatusTooManyRequests, ""},
 	{ErrSessionTooLong, http.StatusBadRequest, ""},
 	{ErrNoWorker, http.StatusServiceUnavailable, "the model server is unavailable: no LLM worker answered"},

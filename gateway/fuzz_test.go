@@ -46,8 +46,8 @@ func FuzzChatRequest(f *testing.F) {
 		if err := sp.Validate(); err != nil {
 			t.Fatalf("accepted invalid sampling: %v", err)
 		}
-		if req.N != nil && *req.N != 1 {
-			t.Fatalf("accepted n = %d", *req.N)
+		if n := req.choices(); n < 1 || n > MaxChoices {
+			t.Fatalf("accepted n = %d", n)
 		}
 		if req.addGenerationPrompt() && req.ContinueFinalMessage {
 			t.Fatal("accepted both add_generation_prompt and continue_final_message")

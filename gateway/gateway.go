@@ -361,7 +361,7 @@ func (g *Gateway) abandon(ctx context.Context, leases []*lease, why string, now 
 	for _, l := range leases {
 		calls := l.callsMade()
 		reason := fmt.Sprintf("session abandoned: %s after %d model calls", why, calls)
-		if err := g.publishFailure(ctx, l.s.id, g.opts.Env, reason, calls); err != nil {
+		if err := g.publishFailure(ctx, l.s.id, l.groupID(), g.opts.Env, reason, calls); err != nil {
 			g.log.Warn("abandoning session: publish failed", "session", l.s.id, "err", err)
 			l.release(false, now)
 			continue
@@ -372,10 +372,11 @@ func (g *Gateway) abandon(ctx context.Context, leases []*lease, why string, now 
 	}
 }
 
-// publishFailure publishes a Failure record for a session that ended without a trajectory.
-func (g *Gateway) publishFailure(ctx context.Context, session, env, reason string, calls int) error {
+// publishFailure publishes a Failure record for a session (or segment) that ended without a
+// trajectory, in its group.
+func (g *Gateway) publishFailure(ctx context.Context, session, group, env, reason string, calls int) error {
 	f := messages.Failure{
-		V: messages.Version, RunID: g.opts.Run, EpisodeID: session, GroupID: session, Env: env, Kind: messages.FailureEpisode,
+		V: messages.Version, RunID: g.opts.Run, EpisodeID: session, GroupID: group, Env: env, Kind: messages.FailureEpisode,
 		Reason: reason, Turn: int32(calls), Time: time.Now().UnixNano(),
 	}
 	return g.publish(ctx, g.opts.Subjects.Failures(g.opts.Run, messages.FailureEpisode), &f, messages.TrajectoryMsgID(session))

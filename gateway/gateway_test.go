@@ -512,7 +512,9 @@ func TestRequestErrors(t *testing.T) {
 		param  string // the error's param; empty for null
 		allow  string // the Allow header of a 405
 	}{
-		{name: "n=2", path: "/v1/chat/completions", body: chatBody(map[string]any{"n": 2}), status: 400, want: "n must be 1"},
+		{name: "n=0", path: "/v1/chat/completions", body: chatBody(map[string]any{"n": 0}), status: 400, want: "n must be at least 1, got 0"},
+		{name: "n too large", path: "/v1/completions", body: map[string]any{"prompt": "hi", "n": MaxChoices + 1}, status: 400,
+			want: fmt.Sprintf("n must be at most %d, got %d", MaxChoices, MaxChoices+1)},
 		{name: "bad JSON", path: "/v1/chat/completions", body: []byte(`{"messages": [`), status: 400, want: "invalid JSON"},
 		{name: "not an object", path: "/v1/chat/completions", body: []byte(`[1,2]`), status: 400, want: "request body must be a JSON object, got an array"},
 		{name: "wrong type", path: "/v1/chat/completions", body: chatBody(map[string]any{"temperature": "hot"}), status: 400,

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -303,8 +304,14 @@ type call struct {
 	// settings is templateSettings of the call's rendering.
 	settings uint64
 
-	reply *messages.GenerateReply
-	texts []string
+	// samples are samples 1 … n-1 of a call with n > 1 (see Gateway.run); index is the
+	// sample's index, 0 for the call itself.
+	samples []*call
+	index   int
+
+	reply    *messages.GenerateReply
+	genNanos int64
+	texts    []string
 	// altTexts are, with topN, the texts of each position's most likely tokens.
 	altTexts [][]string
 	record   recorded
@@ -366,14 +373,20 @@ func sessionScope(r *http.Request) string {
 // recorded and before it is written, because a client may send its next
 // call the moment it has read the reply, on another connection.
 func (c *call) end() {
-	if c.lease != nil && !c.released {
-		c.released = true
-		c.lease.release(true, time.Now())
+	for _, s := range c.all() {
+		if s.lease != nil && !s.released {
+			s.released = true
+			s.lease.release(true, time.Now())
+		}
 	}
 }
 
-// run generates the completion and records it in the session.
-func (g *Gateway) run(ctx context.Context, c *call) error {
+// run generates the call's n completions and records them: sample 0 in the call's session,
+// samples 1 … n-1 (n > 1) each in a session forked from it (store.fork), all n placed in one
+// group. The samples are generated at once, routed by the call's key so that they share the
+// model server's cached prompt, with the seed of sample i, if any, seed + i as vLLM does. A
+// call that fails records no sample.
+func (g *Gateway) run(ctx context.Context, c *call, n int) error {
 	if c.idless {
 		l, err := g.sessions.attach(c.scope, c.prompt, c.metadata, func() string { return g.nextID("auto-") }, time.Now())
 		if err != nil {
@@ -388,34 +401,88 @@ func (g *Gateway) run(ctx context.Context, c *call) error {
 		}
 		turn = c.lease.callsMade()
 	}
+	if err := g.forkSamples(c, n); err != nil {
+		return err
+	}
+	all := c.all()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, s := range all {
+		wg.Go(func() { errs[i] = g.sample(ctx, s, c.key, turn) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, s := range all {
+		if s.lease == nil {
+			continue
+		}
+		s.record = s.lease.record(s.prompt, s.reply, s.promptText, s.genNanos, now)
+		g.calls.Add(1)
+		if s.record.drift != "" {
+			g.drifts.Add(1)
+			g.log.Warn("session prompt does not extend its trace: new segment", "session", s.key,
+				"segment", s.record.segment, "reason", s.record.drift)
+		}
+	}
+	return nil
+}
+
+// forkSamples makes the calls of samples 1 … n-1 of c, each in a session forked from c's.
+func (g *Gateway) forkSamples(c *call, n int) error {
+	if n <= 1 {
+		return nil
+	}
+	var forks []*lease
+	if c.lease != nil {
+		var err error
+		if forks, err = g.sessions.fork(c.lease, n, time.Now()); err != nil {
+			return err
+		}
+	}
+	c.samples = make([]*call, n-1)
+	for i := range c.samples {
+		s := *c
+		s.samples, s.index = nil, i+1
+		if c.sampling.Seed != nil {
+			seed := *c.sampling.Seed + int64(i+1)
+			s.sampling.Seed = &seed
+		}
+		if forks != nil {
+			s.lease, s.key = forks[i], forks[i].s.id
+		}
+		c.samples[i] = &s
+	}
+	return nil
+}
+
+// all is the call's samples: the call itself, then the samples of n > 1.
+func (c *call) all() []*call { return append([]*call{c}, c.samples...) }
+
+// sample generates one sample of the call, routed by route, and fetches its tokens' texts
+// when they are asked for.
+func (g *Gateway) sample(ctx context.Context, c *call, route string, turn int) error {
 	start := time.Now()
-	reply, err := g.generate(ctx, c.key, turn, c.prompt, c.sampling, c.maxTokens, c.topN)
+	reply, err := g.generate(ctx, route, turn, c.prompt, c.sampling, c.maxTokens, c.topN)
 	if err != nil {
 		return err
 	}
-	genNanos := time.Since(start).Nanoseconds()
+	c.genNanos = time.Since(start).Nanoseconds()
 	if c.pieces {
-		rep, err := g.detokenize(ctx, c.key, reply.Tokens, true)
+		rep, err := g.detokenize(ctx, route, reply.Tokens, true)
 		if err != nil {
 			return err
 		}
 		c.texts = rep.Pieces
 	}
 	if c.pieces && len(reply.TopLogprobs) > 0 {
-		if c.altTexts, err = g.altTexts(ctx, c.key, reply.TopLogprobs); err != nil {
+		if c.altTexts, err = g.altTexts(ctx, route, reply.TopLogprobs); err != nil {
 			return err
 		}
 	}
 	c.reply = reply
-	if c.lease != nil {
-		c.record = c.lease.record(c.prompt, reply, c.promptText, genNanos, time.Now())
-		g.calls.Add(1)
-		if c.record.drift != "" {
-			g.drifts.Add(1)
-			g.log.Warn("session prompt does not extend its trace: new segment", "session", c.key,
-				"segment", c.record.segment, "reason", c.record.drift)
-		}
-	}
 	return nil
 }
 
@@ -483,7 +550,12 @@ type usage struct {
 }
 
 func (c *call) usage() usage {
-	return usage{PromptTokens: len(c.prompt), CompletionTokens: len(c.reply.Tokens), TotalTokens: len(c.prompt) + len(c.reply.Tokens)}
+	u := usage{PromptTokens: len(c.prompt)}
+	for _, s := range c.all() {
+		u.CompletionTokens += len(s.reply.Tokens)
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
 }
 
 type chatResponse struct {
@@ -504,6 +576,8 @@ type chatChoice struct {
 	Logprobs     *chatLogprobs `json:"logprobs"`
 	FinishReason string        `json:"finish_reason"`
 	TokenIDs     []int32       `json:"token_ids"`
+	// SessionID is, for a call with n > 1, the session this sample is recorded in.
+	SessionID string `json:"session_id,omitempty"`
 }
 
 type chatOut struct {
@@ -573,32 +647,26 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer c.end()
-	out, err := g.chatTurn(r.Context(), c, req, model)
+	outs, err := g.chatTurn(r.Context(), c, req, model)
 	if err != nil {
 		return err
 	}
-	choice := chatChoice{Message: out.message, FinishReason: out.finish}
-	if req.Logprobs {
-		lp := &chatLogprobs{Content: make([]chatLogprob, len(c.reply.Tokens))}
-		for i := range c.reply.Tokens {
-			lp.Content[i] = chatLogprob{
-				Token: c.tokenString(i, req.ReturnTokensAsTokenIDs), Logprob: c.reply.Logprobs[i],
-				Bytes: textBytes(c.texts[i]), TopLogprobs: make([]chatTopLogprob, c.topCount(i)),
-			}
-			for j := range lp.Content[i].TopLogprobs {
-				lp.Content[i].TopLogprobs[j] = chatTopLogprob{Token: c.altString(i, j, req.ReturnTokensAsTokenIDs),
-					Logprob: c.reply.TopLogprobs[i].Logprobs[j], Bytes: textBytes(c.altTexts[i][j])}
-			}
-		}
-		choice.Logprobs = lp
-	}
 	resp := chatResponse{
 		ID: g.nextID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: model.ID,
-		Choices: []chatChoice{choice}, Usage: c.usage(),
+		Choices: make([]chatChoice, len(outs)), Usage: c.usage(),
 	}
 	if req.ReturnTokenIDs {
-		resp.Choices[0].TokenIDs = c.reply.Tokens
 		resp.PromptTokenIDs = c.prompt
+	}
+	for i, s := range c.all() {
+		choice := chatChoice{Index: i, Message: outs[i].message, FinishReason: outs[i].finish, SessionID: s.sampleSession()}
+		if req.Logprobs {
+			choice.Logprobs = s.chatLogprobs(req.ReturnTokensAsTokenIDs)
+		}
+		if req.ReturnTokenIDs {
+			choice.TokenIDs = s.reply.Tokens
+		}
+		resp.Choices[i] = choice
 	}
 	c.end()
 	if req.Stream {
@@ -610,6 +678,31 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// chatLogprobs are the logprobs of a chat sample's tokens, and of the most likely ones.
+func (c *call) chatLogprobs(asIDs bool) *chatLogprobs {
+	lp := &chatLogprobs{Content: make([]chatLogprob, len(c.reply.Tokens))}
+	for i := range c.reply.Tokens {
+		lp.Content[i] = chatLogprob{
+			Token: c.tokenString(i, asIDs), Logprob: c.reply.Logprobs[i],
+			Bytes: textBytes(c.texts[i]), TopLogprobs: make([]chatTopLogprob, c.topCount(i)),
+		}
+		for j := range lp.Content[i].TopLogprobs {
+			lp.Content[i].TopLogprobs[j] = chatTopLogprob{Token: c.altString(i, j, asIDs),
+				Logprob: c.reply.TopLogprobs[i].Logprobs[j], Bytes: textBytes(c.altTexts[i][j])}
+		}
+	}
+	return lp
+}
+
+// sampleSession is the session a sample of a call with n > 1 is recorded in, for its choice;
+// empty for a call with n = 1 (its session is in the X-Session-ID header) or not recorded.
+func (c *call) sampleSession() string {
+	if c.lease == nil || c.lease.s.group == nil || c.lease.s.group.size <= 1 {
+		return ""
+	}
+	return c.lease.s.id
+}
+
 // chatOutcome is a chat completion's reply as the parsers read it.
 type chatOutcome struct {
 	message chatOut
@@ -617,9 +710,9 @@ type chatOutcome struct {
 }
 
 // chatTurn renders and tokenizes a chat request's messages and tools on the model server,
-// generates the completion, records it in the call's session and parses the reply: reasoning
-// first, then tool calls, as vLLM's parsers run.
-func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model messages.ModelInfo) (*chatOutcome, error) {
+// generates the n completions, records them in the call's sessions and parses the replies,
+// one outcome per sample.
+func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model messages.ModelInfo) ([]*chatOutcome, error) {
 	if err := req.checkTools(g.opts.ToolCallParser); err != nil {
 		return nil, err
 	}
@@ -657,9 +750,23 @@ func (g *Gateway) chatTurn(ctx context.Context, c *call, req *chatRequest, model
 		}
 		c.sampling.StructuredOutputs = req.forced.outputs
 	}
-	if err := g.run(ctx, c); err != nil {
+	if err := g.run(ctx, c, req.choices()); err != nil {
 		return nil, err
 	}
+	outs := make([]*chatOutcome, 0, 1+len(c.samples))
+	for _, s := range c.all() {
+		out, err := g.parseReply(s, req)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, out)
+	}
+	return outs, nil
+}
+
+// parseReply reads a sample's reply as vLLM's parsers do, reasoning first, then tool calls,
+// and remembers it in the sample's session.
+func (g *Gateway) parseReply(c *call, req *chatRequest) (*chatOutcome, error) {
 	out := &chatOutcome{message: chatOut{Role: "assistant", ToolCalls: []apiToolCall{}}, finish: c.reply.FinishReason}
 	content := c.reply.Text
 	if g.opts.ReasoningParser == ReasoningParserQwen3 {
@@ -728,6 +835,8 @@ type completionChoice struct {
 	TokenIDs       []int32             `json:"token_ids"`
 	PromptLogprobs *any                `json:"prompt_logprobs"`
 	PromptTokenIDs []int32             `json:"prompt_token_ids"`
+	// SessionID is, for a call with n > 1, the session this sample is recorded in.
+	SessionID string `json:"session_id,omitempty"`
 }
 
 type completionLogprobs struct {
@@ -735,6 +844,28 @@ type completionLogprobs struct {
 	TokenLogprobs []float32            `json:"token_logprobs"`
 	Tokens        []string             `json:"tokens"`
 	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+}
+
+// completionLogprobs are the logprobs of a completion sample's tokens, and of the most likely
+// ones.
+func (c *call) completionLogprobs(asIDs bool) *completionLogprobs {
+	n := len(c.reply.Tokens)
+	lp := &completionLogprobs{
+		TextOffset: make([]int, n), TokenLogprobs: c.reply.Logprobs,
+		Tokens: make([]string, n), TopLogprobs: make([]map[string]float32, n),
+	}
+	offset := 0
+	for i := range n {
+		tok := c.tokenString(i, asIDs)
+		lp.TextOffset[i] = offset
+		offset += utf8.RuneCountInString(c.texts[i])
+		lp.Tokens[i] = tok
+		lp.TopLogprobs[i] = map[string]float32{tok: c.reply.Logprobs[i]}
+		for j := range c.topCount(i) {
+			lp.TopLogprobs[i][c.altString(i, j, asIDs)] = c.reply.TopLogprobs[i].Logprobs[j]
+		}
+	}
+	return lp
 }
 
 func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error {
@@ -765,35 +896,22 @@ func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error
 	if req.Logprobs != nil {
 		c.topN = int32(*req.Logprobs)
 	}
-	if err := g.run(ctx, c); err != nil {
+	if err := g.run(ctx, c, req.choices()); err != nil {
 		return err
-	}
-	choice := completionChoice{Text: c.reply.Text, FinishReason: c.reply.FinishReason}
-	if req.Logprobs != nil {
-		n := len(c.reply.Tokens)
-		lp := &completionLogprobs{
-			TextOffset: make([]int, n), TokenLogprobs: c.reply.Logprobs,
-			Tokens: make([]string, n), TopLogprobs: make([]map[string]float32, n),
-		}
-		offset := 0
-		for i := range n {
-			tok := c.tokenString(i, req.ReturnTokensAsTokenIDs)
-			lp.TextOffset[i] = offset
-			offset += utf8.RuneCountInString(c.texts[i])
-			lp.Tokens[i] = tok
-			lp.TopLogprobs[i] = map[string]float32{tok: c.reply.Logprobs[i]}
-			for j := range c.topCount(i) {
-				lp.TopLogprobs[i][c.altString(i, j, req.ReturnTokensAsTokenIDs)] = c.reply.TopLogprobs[i].Logprobs[j]
-			}
-		}
-		choice.Logprobs = lp
-	}
-	if req.ReturnTokenIDs {
-		choice.TokenIDs, choice.PromptTokenIDs = c.reply.Tokens, c.prompt
 	}
 	resp := completionResponse{
 		ID: g.nextID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: model.ID,
-		Choices: []completionChoice{choice}, Usage: c.usage(),
+		Choices: make([]completionChoice, 1+len(c.samples)), Usage: c.usage(),
+	}
+	for i, s := range c.all() {
+		choice := completionChoice{Index: i, Text: s.reply.Text, FinishReason: s.reply.FinishReason, SessionID: s.sampleSession()}
+		if req.Logprobs != nil {
+			choice.Logprobs = s.completionLogprobs(req.ReturnTokensAsTokenIDs)
+		}
+		if req.ReturnTokenIDs {
+			choice.TokenIDs, choice.PromptTokenIDs = s.reply.Tokens, s.prompt
+		}
+		resp.Choices[i] = choice
 	}
 	c.end()
 	if req.Stream {
@@ -845,14 +963,18 @@ type finishResponse struct {
 	Segments  []segmentReport `json:"segments"`
 }
 
-// outcome checks a finish request and fills in the defaults.
-func (g *Gateway) outcome(session string, req *finishRequest) (*outcome, error) {
+// outcome checks a finish request and fills in the defaults: a session that is a sample of a
+// call with n > 1 takes its place in that group unless the request places it itself.
+func (g *Gateway) outcome(session string, group *placement, req *finishRequest) (*outcome, error) {
 	if req.Reward == nil {
 		return nil, vllmapi.BadRequest("reward is required")
 	}
 	o := &outcome{
 		reward: *req.Reward, scores: *req.Reward, extraLogs: req.ExtraLogs, info: req.Info,
 		label: req.Label, env: req.Env, groupID: req.GroupID, size: 1,
+	}
+	if group != nil && req.GroupID == "" && req.SampleIndex == nil && req.GroupSize == nil {
+		o.groupID, o.index, o.size = group.id, group.index, group.size
 	}
 	if req.Scores != nil {
 		o.scores = *req.Scores
@@ -891,7 +1013,7 @@ func (g *Gateway) handleFinish(w http.ResponseWriter, r *http.Request) error {
 	if err := g.readJSON(w, r, &req); err != nil {
 		return err
 	}
-	if _, err := g.outcome(id, &req); err != nil {
+	if _, err := g.outcome(id, nil, &req); err != nil {
 		return err
 	}
 	l, err := g.sessions.acquire(id, false, time.Now())
@@ -936,7 +1058,7 @@ func (g *Gateway) handleFinishMatching(w http.ResponseWriter, r *http.Request) e
 // on an error the session stays open.
 func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, l *lease, req *finishRequest) error {
 	id := l.s.id
-	o, err := g.outcome(id, req)
+	o, err := g.outcome(id, l.s.group, req)
 	if err != nil {
 		l.release(false, time.Now())
 		return err
@@ -969,7 +1091,7 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, l *lease, req *
 		if errors.Is(err, bus.ErrTooLarge) {
 			// It can never be stored: record why instead, so the session does not vanish.
 			rep.Published, rep.Error = false, err.Error()
-			err = g.publishFailure(r.Context(), t.EpisodeID, o.env, "session trajectory too large to publish: "+err.Error(), int(t.Turns))
+			err = g.publishFailure(r.Context(), t.EpisodeID, t.GroupID, o.env, "session trajectory too large to publish: "+err.Error(), int(t.Turns))
 		}
 		if err != nil {
 			// Nothing is lost: the session stays open, and a retry republishes under the same
@@ -999,7 +1121,7 @@ func (g *Gateway) handleDiscard(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	calls := l.callsMade()
-	if err := g.publishFailure(r.Context(), id, g.opts.Env, "session discarded by the client", calls); err != nil {
+	if err := g.publishFailure(r.Context(), id, l.groupID(), g.opts.Env, "session discarded by the client", calls); err != nil {
 		l.release(true, time.Now())
 		return fmt.Errorf("%w: publishing session %q: %w", ErrNotStored, id, err)
 	}

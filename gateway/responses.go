@@ -395,10 +395,11 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	defer c.end()
-	out, err := g.chatTurn(r.Context(), c, req, model)
+	outs, err := g.chatTurn(r.Context(), c, req, model)
 	if err != nil {
 		return err
 	}
+	out := outs[0] // the Responses API has no n
 	var items []outputItem
 	if m := out.message.ReasoningContent; m != nil {
 		items = append(items, outputItem{ID: g.nextID("rs_"), Type: "reasoning", Status: "completed",

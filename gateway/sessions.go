@@ -57,6 +57,24 @@ type session struct {
 	last *lastCall
 
 	segs []*segment
+	// group places the session in a group of samples of one prompt: set on the sessions of
+	// a call with n > 1 (see store.fork), the default of its finish. Belongs to the lease
+	// holder.
+	group *placement
+}
+
+// placement is a session's place in a group of samples of one prompt.
+type placement struct {
+	id          string
+	index, size int32
+}
+
+// groupID is the group of the leased session's records: its placement's, else its own id.
+func (l *lease) groupID() string {
+	if g := l.s.group; g != nil {
+		return g.id
+	}
+	return l.s.id
 }
 
 // summary is what GET /v1/sessions/{id} reports.
@@ -99,6 +117,9 @@ type lease struct {
 	st      *store
 	s       *session
 	created bool // the session was opened for this lease
+	// recorded is set once the lease recorded a call: a session opened for a lease that
+	// recorded none is closed again on release.
+	recorded bool
 }
 
 // acquire leases the session id, opening it when create is set and it does not exist.
@@ -126,7 +147,8 @@ func (st *store) acquire(id string, create bool, now time.Time) (*lease, error) 
 }
 
 // release gives the session back; with touch it counts as used now. A session opened for
-// this lease that recorded nothing is closed again, so a failed first call leaves nothing.
+// this lease that recorded nothing is closed again, so a failed first call (or a failed call
+// with n > 1, for the sessions it forked) leaves nothing.
 func (l *lease) release(touch bool, now time.Time) {
 	st, s := l.st, l.s
 	st.mu.Lock()
@@ -150,7 +172,7 @@ func (l *lease) release(touch bool, now time.Time) {
 			s.trace, s.last = cur.tokens, cur.last
 		}
 	}
-	if l.created && s.calls == 0 && st.sessions[s.id] == s {
+	if l.created && !l.recorded && st.sessions[s.id] == s {
 		st.removeLocked(s)
 	}
 }
@@ -297,6 +319,67 @@ func (st *store) attach(scope string, prompt []int32, metadata map[string]string
 	}
 	idx.open++
 	return &lease{st: st, s: s, created: true}, nil
+}
+
+// ForkSuffix joins a session id and a sample index into the id of the session holding that
+// sample of a call with n > 1.
+const ForkSuffix = "~"
+
+// forkID is the id of the session holding sample i (i ≥ 1) of a call with n > 1 on session id.
+func forkID(id string, i int) string { return id + ForkSuffix + strconv.Itoa(i) }
+
+// fork opens the sessions for samples 1 … n-1 of a call with n > 1 on the leased session, and
+// places all n in one group under the session's id. Each fork starts as a copy of the
+// session, so that it holds the whole conversation its sample continues, and is leased to
+// the caller; a fork that records nothing is closed again on release. A fork id already
+// open or recently ended is ErrSessionExists: n > 1 once per session, or finish the samples
+// first.
+func (st *store) fork(l *lease, n int, now time.Time) ([]*lease, error) {
+	src := l.s
+	if g := src.group; g != nil && g.size > 1 {
+		return nil, fmt.Errorf("%w: session %q is already sample %d of the %d of group %q", ErrNestedGroup, src.id, g.index, g.size, g.id)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.sessions)+n-1 > st.maxSessions {
+		return nil, fmt.Errorf("%w: %d open, n = %d asks for %d more (close some with finish or DELETE)", ErrTooManySessions, len(st.sessions), n, n-1)
+	}
+	for i := 1; i < n; i++ {
+		id := forkID(src.id, i)
+		_, open := st.sessions[id]
+		_, ended := st.ended[id]
+		if open || ended {
+			return nil, fmt.Errorf("%w: %q, for sample %d of this call", ErrSessionExists, id, i)
+		}
+	}
+	src.group = &placement{id: src.id, index: 0, size: int32(n)}
+	out := make([]*lease, n-1)
+	for i := 1; i < n; i++ {
+		s := &session{
+			id: forkID(src.id, i), created: now, lastUsed: now, busy: true,
+			scope: src.scope, auto: src.auto, metadata: src.metadata,
+			segs: cloneSegments(src.segs), group: &placement{id: src.id, index: int32(i), size: int32(n)},
+		}
+		st.sessions[s.id] = s
+		if s.auto {
+			st.scopes[s.scope].open++
+		}
+		out[i-1] = &lease{st: st, s: s, created: true}
+	}
+	return out, nil
+}
+
+// cloneSegments copies segments deeply enough that appending to a copy never writes to the
+// original's arrays.
+func cloneSegments(segs []*segment) []*segment {
+	out := make([]*segment, len(segs))
+	for i, seg := range segs {
+		c := *seg
+		c.tokens, c.logprobs, c.ranges = slices.Clone(seg.tokens), slices.Clone(seg.logprobs), slices.Clone(seg.ranges)
+		c.finishes, c.versions = slices.Clone(seg.finishes), slices.Clone(seg.versions)
+		out[i] = &c
+	}
+	return out
 }
 
 // byConversation leases a free open session of scope whose last chat call and reply msgs
@@ -534,6 +617,7 @@ func (l *lease) record(prompt []int32, reply *messages.GenerateReply, promptText
 		s.segs = append(s.segs, seg)
 	}
 	rec.segment = len(s.segs) - 1
+	l.recorded = true
 	seg.last = nil // a chat call remembers itself once its reply is parsed
 	seg.tokens = append(seg.tokens, prompt[len(seg.tokens):]...)
 	seg.logprobs = append(seg.logprobs, make(messages.Logprobs, len(seg.tokens)-len(seg.logprobs))...)

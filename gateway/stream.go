@@ -158,7 +158,10 @@ type chatChunk struct {
 }
 
 type chunkChoice struct {
-	Index        int           `json:"index"`
+	Index int `json:"index"`
+	// SessionID is, on a choice's first chunk of a call with n > 1, the session its sample
+	// is recorded in.
+	SessionID    string        `json:"session_id,omitempty"`
 	Delta        chatDelta     `json:"delta"`
 	Logprobs     *chatLogprobs `json:"logprobs"`
 	FinishReason *string       `json:"finish_reason"`
@@ -178,17 +181,31 @@ type toolCallDelta struct {
 	apiToolCall
 }
 
-// streamChat writes a chat completion as chunks: the role, then per token piece the reasoning
-// and content it wrote (with its logprobs and token ids), the tool calls, the finish reason,
-// the usage when asked for, and [DONE].
+// streamChat writes a chat completion as chunks, choice after choice: the role, then per
+// token piece the reasoning and content it wrote (with its logprobs and token ids), the tool
+// calls and the finish reason; then the usage when asked for, and [DONE].
 func (g *Gateway) streamChat(w http.ResponseWriter, c *call, resp *chatResponse, includeUsage bool) {
 	s := startStream(w, c)
-	choice := &resp.Choices[0]
-	msg := choice.Message
 	chunk := func(chs ...chunkChoice) chatChunk {
 		return chatChunk{ID: resp.ID, Object: "chat.completion.chunk", Created: resp.Created, Model: resp.Model, Choices: append([]chunkChoice{}, chs...)}
 	}
-	first := chunk(chunkChoice{Delta: chatDelta{Role: msg.Role}})
+	for i, sc := range c.all() {
+		streamChatChoice(s, sc, &resp.Choices[i], chunk, resp.PromptTokenIDs)
+		resp.PromptTokenIDs = nil // with the first chunk only
+	}
+	if includeUsage {
+		u := chunk()
+		u.Usage = &resp.Usage
+		s.send("", u)
+	}
+	s.done()
+	g.endStream(c, s)
+}
+
+// streamChatChoice writes the chunks of one choice, the sample c.
+func streamChatChoice(s *sseWriter, c *call, choice *chatChoice, chunk func(...chunkChoice) chatChunk, promptTokenIDs []int32) {
+	msg := choice.Message
+	first := chunk(chunkChoice{Index: choice.Index, SessionID: choice.SessionID, Delta: chatDelta{Role: msg.Role}})
 	// Empty texts begin the fields the answer has, so that a reply's empty content or
 	// reasoning reassembles as empty, not absent.
 	if msg.Content != nil {
@@ -197,7 +214,7 @@ func (g *Gateway) streamChat(w http.ResponseWriter, c *call, resp *chatResponse,
 	if msg.ReasoningContent != nil {
 		first.Choices[0].Delta.ReasoningContent, first.Choices[0].Delta.Reasoning = new(string), new(string)
 	}
-	first.PromptTokenIDs = resp.PromptTokenIDs
+	first.PromptTokenIDs = promptTokenIDs
 	s.send("", first)
 
 	text := c.reply.Text
@@ -213,7 +230,7 @@ func (g *Gateway) streamChat(w http.ResponseWriter, c *call, resp *chatResponse,
 		content = locate(text, *msg.Content, from)
 	}
 	for k, p := range textPieces(c) {
-		ch := chunkChoice{}
+		ch := chunkChoice{Index: choice.Index}
 		if r := reasoning.in(text, p, k); r != "" {
 			ch.Delta.ReasoningContent, ch.Delta.Reasoning = &r, &r
 		}
@@ -231,16 +248,9 @@ func (g *Gateway) streamChat(w http.ResponseWriter, c *call, resp *chatResponse,
 		}
 	}
 	for i, tc := range msg.ToolCalls {
-		s.send("", chunk(chunkChoice{Delta: chatDelta{ToolCalls: []toolCallDelta{{Index: i, apiToolCall: tc}}}}))
+		s.send("", chunk(chunkChoice{Index: choice.Index, Delta: chatDelta{ToolCalls: []toolCallDelta{{Index: i, apiToolCall: tc}}}}))
 	}
-	s.send("", chunk(chunkChoice{FinishReason: &choice.FinishReason}))
-	if includeUsage {
-		u := chunk()
-		u.Usage = &resp.Usage
-		s.send("", u)
-	}
-	s.done()
-	g.endStream(c, s)
+	s.send("", chunk(chunkChoice{Index: choice.Index, FinishReason: &choice.FinishReason}))
 }
 
 // endStream logs a stream the client did not read to its end.
@@ -267,36 +277,42 @@ type completionChunkChoice struct {
 	FinishReason   *string             `json:"finish_reason"`
 	TokenIDs       []int32             `json:"token_ids,omitempty"`
 	PromptTokenIDs []int32             `json:"prompt_token_ids,omitempty"`
+	// SessionID is, on a choice's first chunk of a call with n > 1, the session its sample
+	// is recorded in.
+	SessionID string `json:"session_id,omitempty"`
 }
 
-// streamCompletion writes a completion as chunks: per token piece its text (with its logprobs
-// and token ids), the finish reason, the usage when asked for, and [DONE]. The first chunk
-// carries the prompt's token ids when they were asked for.
+// streamCompletion writes a completion as chunks, choice after choice: per token piece its
+// text (with its logprobs and token ids) and the finish reason; then the usage when asked
+// for, and [DONE]. A choice's first chunk carries the prompt's token ids when they were asked
+// for.
 func (g *Gateway) streamCompletion(w http.ResponseWriter, c *call, resp *completionResponse, includeUsage bool) {
 	s := startStream(w, c)
-	choice := &resp.Choices[0]
 	chunk := func(chs ...completionChunkChoice) completionChunk {
 		return completionChunk{ID: resp.ID, Object: "text_completion", Created: resp.Created, Model: resp.Model, Choices: append([]completionChunkChoice{}, chs...)}
 	}
-	prompt := choice.PromptTokenIDs
-	for _, p := range textPieces(c) {
-		if p.start == p.end && p.first == p.last {
-			continue
-		}
-		ch := completionChunkChoice{Text: c.reply.Text[p.start:p.end], PromptTokenIDs: prompt}
-		prompt = nil
-		if lp := choice.Logprobs; lp != nil {
-			ch.Logprobs = &completionLogprobs{
-				TextOffset: lp.TextOffset[p.first:p.last], TokenLogprobs: lp.TokenLogprobs[p.first:p.last],
-				Tokens: lp.Tokens[p.first:p.last], TopLogprobs: lp.TopLogprobs[p.first:p.last],
+	for i, sc := range c.all() {
+		choice := &resp.Choices[i]
+		prompt, session := choice.PromptTokenIDs, choice.SessionID // with the choice's first chunk
+		for _, p := range textPieces(sc) {
+			if p.start == p.end && p.first == p.last {
+				continue
 			}
+			ch := completionChunkChoice{Index: i, Text: sc.reply.Text[p.start:p.end], PromptTokenIDs: prompt, SessionID: session}
+			prompt, session = nil, ""
+			if lp := choice.Logprobs; lp != nil {
+				ch.Logprobs = &completionLogprobs{
+					TextOffset: lp.TextOffset[p.first:p.last], TokenLogprobs: lp.TokenLogprobs[p.first:p.last],
+					Tokens: lp.Tokens[p.first:p.last], TopLogprobs: lp.TopLogprobs[p.first:p.last],
+				}
+			}
+			if choice.TokenIDs != nil {
+				ch.TokenIDs = choice.TokenIDs[p.first:p.last]
+			}
+			s.send("", chunk(ch))
 		}
-		if choice.TokenIDs != nil {
-			ch.TokenIDs = choice.TokenIDs[p.first:p.last]
-		}
-		s.send("", chunk(ch))
+		s.send("", chunk(completionChunkChoice{Index: i, FinishReason: &choice.FinishReason, PromptTokenIDs: prompt, SessionID: session}))
 	}
-	s.send("", chunk(completionChunkChoice{FinishReason: &choice.FinishReason, PromptTokenIDs: prompt}))
 	if includeUsage {
 		u := chunk()
 		u.Usage = &resp.Usage

@@ -90,8 +90,6 @@ func appendText(p *string, s *string) *string {
 // counts the usage chunks and the chunks carrying logprobs.
 func reassembleChat(t *testing.T, events []sseEvent) (resp chatResponse, usages, withLogprobs int) {
 	t.Helper()
-	resp = chatResponse{Choices: []chatChoice{{Message: chatOut{ToolCalls: []apiToolCall{}}}}}
-	ch := &resp.Choices[0]
 	for i, c := range chunks[chatChunk](t, events) {
 		if c.Object != "chat.completion.chunk" || c.ID == "" {
 			t.Errorf("chunk %d: object %q, id %q", i, c.Object, c.ID)
@@ -104,7 +102,13 @@ func reassembleChat(t *testing.T, events []sseEvent) (resp chatResponse, usages,
 			resp.Usage, usages = *c.Usage, usages+1
 			continue
 		}
-		d := c.Choices[0].Delta
+		cc := c.Choices[0]
+		for len(resp.Choices) <= cc.Index {
+			resp.Choices = append(resp.Choices, chatChoice{Index: len(resp.Choices), Message: chatOut{ToolCalls: []apiToolCall{}}})
+		}
+		ch := &resp.Choices[cc.Index]
+		ch.SessionID += cc.SessionID
+		d := cc.Delta
 		if d.Role != "" {
 			ch.Message.Role = d.Role
 		}
@@ -120,15 +124,15 @@ func reassembleChat(t *testing.T, events []sseEvent) (resp chatResponse, usages,
 			call.Function.Name += tc.Function.Name
 			call.Function.Arguments += tc.Function.Arguments
 		}
-		if lp := c.Choices[0].Logprobs; lp != nil {
+		if lp := cc.Logprobs; lp != nil {
 			if ch.Logprobs == nil {
 				ch.Logprobs = &chatLogprobs{Content: []chatLogprob{}}
 			}
 			ch.Logprobs.Content = append(ch.Logprobs.Content, lp.Content...)
 			withLogprobs++
 		}
-		ch.TokenIDs = append(ch.TokenIDs, c.Choices[0].TokenIDs...)
-		if fr := c.Choices[0].FinishReason; fr != nil {
+		ch.TokenIDs = append(ch.TokenIDs, cc.TokenIDs...)
+		if fr := cc.FinishReason; fr != nil {
 			ch.FinishReason = *fr
 		}
 	}
@@ -138,8 +142,8 @@ func reassembleChat(t *testing.T, events []sseEvent) (resp chatResponse, usages,
 // reassembleCompletion rebuilds a completion from its chunks.
 func reassembleCompletion(t *testing.T, events []sseEvent) (completionResponse, int) {
 	t.Helper()
-	resp := completionResponse{Choices: []completionChoice{{}}}
-	ch, usages := &resp.Choices[0], 0
+	var resp completionResponse
+	usages := 0
 	for i, c := range chunks[completionChunk](t, events) {
 		if c.Object != "text_completion" || c.ID == "" {
 			t.Errorf("chunk %d: object %q, id %q", i, c.Object, c.ID)
@@ -149,6 +153,11 @@ func reassembleCompletion(t *testing.T, events []sseEvent) (completionResponse, 
 			continue
 		}
 		cc := c.Choices[0]
+		for len(resp.Choices) <= cc.Index {
+			resp.Choices = append(resp.Choices, completionChoice{Index: len(resp.Choices)})
+		}
+		ch := &resp.Choices[cc.Index]
+		ch.SessionID += cc.SessionID
 		ch.Text += cc.Text
 		if lp := cc.Logprobs; lp != nil {
 			if ch.Logprobs == nil {
@@ -228,20 +237,44 @@ func anonymous[T any](t *testing.T, v T) T {
 	switch x := any(&v).(type) {
 	case *chatResponse:
 		x.ID, x.Created, x.Object, x.Model = "", 0, "", ""
-		for i := range x.Choices[0].Message.ToolCalls {
-			tc := &x.Choices[0].Message.ToolCalls[i]
-			if tc.ID == "" {
-				t.Errorf("tool call %d without an id", i)
+		x.Choices = slices.Clone(x.Choices)
+		for k := range x.Choices {
+			x.Choices[k].SessionID = anonymousSession(t, x.Choices[k].SessionID, len(x.Choices), k)
+			x.Choices[k].Message.ToolCalls = slices.Clone(x.Choices[k].Message.ToolCalls)
+			for i := range x.Choices[k].Message.ToolCalls {
+				tc := &x.Choices[k].Message.ToolCalls[i]
+				if tc.ID == "" {
+					t.Errorf("tool call %d without an id", i)
+				}
+				tc.ID = ""
 			}
-			tc.ID = ""
 		}
 	case *completionResponse:
 		x.ID, x.Created, x.Object, x.Model = "", 0, "", ""
+		x.Choices = slices.Clone(x.Choices)
+		for k := range x.Choices {
+			x.Choices[k].SessionID = anonymousSession(t, x.Choices[k].SessionID, len(x.Choices), k)
+		}
 	case *responseObject:
 		x.ID, x.CreatedAt = "", 0
 		x.Output = anonymousItems(t, x.Output)
 	}
 	return v
+}
+
+// anonymousSession checks the session of choice k of n: none for n = 1, else the call's
+// session for the first and "<session>~k" for the others; it returns the part they share.
+func anonymousSession(t *testing.T, id string, n, k int) string {
+	t.Helper()
+	switch {
+	case n == 1 && id != "":
+		t.Errorf("choice of a call with n = 1 names session %q", id)
+	case n > 1 && k == 0 && (id == "" || strings.Contains(id, ForkSuffix)):
+		t.Errorf("choice 0 of %d names session %q", n, id)
+	case n > 1 && k > 0 && !strings.HasSuffix(id, fmt.Sprintf("%s%d", ForkSuffix, k)):
+		t.Errorf("choice %d of %d names session %q", k, n, id)
+	}
+	return ""
 }
 
 func anonymousItems(t *testing.T, items []outputItem) []outputItem {
@@ -282,7 +315,11 @@ func TestStreamReassembles(t *testing.T) {
 			"chat_template_kwargs": thinking, "logprobs": true, "return_token_ids": true, "stream_options": map[string]any{"include_usage": true}}, true},
 		{"chat tools", "/v1/chat/completions", map[string]any{"messages": user, "max_tokens": 200, "tools": weatherTools,
 			"chat_template_kwargs": map[string]any{"enable_thinking": false}}, true},
+		{"chat n=3", "/v1/chat/completions", map[string]any{"messages": user, "max_tokens": 40, "n": 3, "logprobs": true,
+			"return_token_ids": true, "stream_options": map[string]any{"include_usage": true}}, false},
 		{"completion", "/v1/completions", map[string]any{"prompt": "Once upon", "max_tokens": 12}, false},
+		{"completion n=2", "/v1/completions", map[string]any{"prompt": "Once upon", "max_tokens": 12, "n": 2, "logprobs": 0,
+			"return_token_ids": true}, false},
 		{"completion logprobs token ids usage", "/v1/completions", map[string]any{"prompt": "Once upon", "max_tokens": 12, "logprobs": 0,
 			"return_token_ids": true, "stream_options": map[string]any{"include_usage": true}}, false},
 		{"responses", "/v1/responses", map[string]any{"input": "Paris", "max_output_tokens": 40}, false},
@@ -314,8 +351,14 @@ func TestStreamReassembles(t *testing.T) {
 					t.Fatal(err)
 				}
 				got, usages, pieces := reassembleChat(t, events)
-				if lp := want.Choices[0].Logprobs; lp != nil && pieces != len(lp.Content) {
-					t.Errorf("%d chunks carry the logprobs of %d tokens, want one per token", pieces, len(lp.Content))
+				tokens := 0
+				for _, c := range want.Choices {
+					if c.Logprobs != nil {
+						tokens += len(c.Logprobs.Content)
+					}
+				}
+				if want.Choices[0].Logprobs != nil && pieces != tokens {
+					t.Errorf("%d chunks carry the logprobs of %d tokens, want one per token", pieces, tokens)
 				}
 				if !wantUsage {
 					got.Usage = want.Usage
@@ -362,20 +405,29 @@ func TestStreamReassembles(t *testing.T) {
 			if sawTool != tc.wantTool {
 				t.Errorf("tool call made: %v, want %v", sawTool, tc.wantTool)
 			}
-			for _, id := range []string{plainID, streamID} {
+			n, _ := body["n"].(int)
+			n = max(n, 1)
+			sessions := func(id string) []string {
+				out := []string{id}
+				for k := 1; k < n; k++ {
+					out = append(out, fmt.Sprintf("%s%s%d", id, ForkSuffix, k))
+				}
+				return out
+			}
+			for _, id := range append(sessions(plainID), sessions(streamID)...) {
 				f.must(t, http.StatusOK, http.MethodPost, "/v1/sessions/"+id+"/finish", nil, map[string]any{"reward": 1})
 			}
 			got := f.trajectories(t, DefaultEnv)
-			for _, id := range []string{plainID, streamID} {
-				tr := got[id]
-				if tr == nil || tr.Turns != 1 {
-					t.Fatalf("session %q: trajectory %+v", id, tr)
+			for k, plainSample := range sessions(plainID) {
+				a, b := got[plainSample], got[sessions(streamID)[k]]
+				if a == nil || b == nil || a.Turns != 1 || b.Turns != 1 || a.SampleIndex != int32(k) || a.GroupSize != int32(n) ||
+					a.GroupID != plainID || b.GroupID != streamID {
+					t.Fatalf("sample %d: trajectories %+v and %+v", k, a, b)
 				}
-			}
-			a, b := got[plainID], got[streamID]
-			if !slices.Equal(a.ObservationTokens, b.ObservationTokens) || !reflect.DeepEqual(a.ActionRanges, b.ActionRanges) ||
-				!slices.Equal(a.RolloutLogProbs, b.RolloutLogProbs) || a.FinishReason != b.FinishReason {
-				t.Errorf("streamed call recorded %v %v, unstreamed %v %v", b.ObservationTokens, b.ActionRanges, a.ObservationTokens, a.ActionRanges)
+				if !slices.Equal(a.ObservationTokens, b.ObservationTokens) || !reflect.DeepEqual(a.ActionRanges, b.ActionRanges) ||
+					!slices.Equal(a.RolloutLogProbs, b.RolloutLogProbs) || a.FinishReason != b.FinishReason {
+					t.Errorf("streamed call recorded %v %v, unstreamed %v %v", b.ObservationTokens, b.ActionRanges, a.ObservationTokens, a.ActionRanges)
+				}
 			}
 		})
 	}

@@ -6,7 +6,8 @@
 # question through the chat completions and the Responses API, with and
 # without streaming, and finishes its session. Every run must be recorded as
 # exactly one session of one segment, one turn per model call, ending with
-# the tokens the client received (scripts/agents/table.mjs). Prints the
+# the tokens the client received (scripts/agents/table.mjs). openai-group
+# draws four samples with n = 4 and plays each on: four runs, one group. Prints the
 # table of docs/gateway.md ("Agent frameworks") whatever happens; exits 1
 # when a run does not work.
 #
@@ -19,6 +20,7 @@ runs=(
   "openai-agents chat" "openai-agents responses"
   "vercel-ai chat" "vercel-ai responses"
   "langchain chat" "langchain responses"
+  "openai-group chat"
 )
 
 command -v node >/dev/null || { echo "check-agents: node is needed (Debian: apt-get install nodejs npm)" >&2; exit 1; }

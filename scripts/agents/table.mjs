@@ -10,7 +10,9 @@
 // call's completion: the very token ids when the API returned them, else
 // as many tokens as the call's usage counted. Failure records of sessions no
 // run named (the gateway opened them for calls it could not attribute) are
-// counted below the table. Exits 1 when a run does not work.
+// counted below the table. A run of a group of samples (openai-group.mjs)
+// prints a line per sample, each checked as a run, and in its group (group_id,
+// sample_index, group_size). Exits 1 when a run does not work.
 import { readFileSync } from "node:fs";
 
 const lines = (file) =>
@@ -28,11 +30,16 @@ function check(r, segments) {
   const problems = [];
   if (!r.ok) problems.push(r.error);
   if (r.calls === 0) return problems;
-  if (r.streamed !== (r.stream ? r.calls : 0)) problems.push(`${r.streamed} of ${r.calls} calls answered with an event stream`);
+  const wantStreamed = r.stream_calls ?? (r.stream ? r.calls : 0);
+  if (r.streamed !== wantStreamed) problems.push(`${r.streamed} of ${r.calls} calls answered with an event stream, want ${wantStreamed}`);
   if (segments.length !== 1) problems.push(`${segments.length} trajectories for the session: ${segments.map((t) => t.episode_id).join(", ")}`);
   const t = segments.find((s) => s.episode_id === r.session);
   if (!t) return [...problems, "no trajectory with episode id = session id"];
   if (t.turns !== r.calls) problems.push(`turns ${t.turns} != calls ${r.calls}`);
+  const g = r.group ?? { id: r.session, index: 0, size: 1 };
+  if (t.group_id !== g.id || t.sample_index !== g.index || t.group_size !== g.size) {
+    problems.push(`recorded as sample ${t.sample_index} of ${t.group_size} in group ${t.group_id}, want ${g.index} of ${g.size} in ${g.id}`);
+  }
   if (t.action_ranges.length !== t.turns) problems.push(`${t.action_ranges.length} action ranges for ${t.turns} turns`);
   const obs = t.observation_tokens;
   const [start, end] = t.action_ranges.at(-1) ?? [0, 0];
