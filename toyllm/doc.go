@@ -18,7 +18,8 @@
 //	GET  /v1/models
 //	GET  /health               200 with an empty body
 //	GET  /metrics              vLLM's running and waiting request and
-//	                           KV-cache usage gauges, the policy's skill,
+//	                           KV-cache usage gauges and prefix cache
+//	                           counters, the policy's skill,
 //	                           weight version and pause state, the
 //	                           concurrency cap and the generations' running
 //	                           time (busy fraction)
@@ -123,4 +124,18 @@
 // and Options.MaxConcurrent caps the replies generated at once, so that
 // routing and back-pressure can be exercised without a GPU. At zero latency
 // a reply costs a few microseconds of CPU besides HTTP and JSON.
+//
+// Options.KVCacheTokens gives the server vLLM's automatic prefix cache: a
+// KV cache of that many tokens in blocks of Options.BlockSize (16), full
+// blocks cached under a hash of their whole prefix, least recently used
+// free blocks evicted (see prefixCache). Options.PrefillLatency charges each
+// prompt token the cache did not hold, before the generated tokens'
+// TokenLatency: a request takes (prompt - hit) × PrefillLatency +
+// generated × TokenLatency inside its slot, whatever else runs (no batching
+// is modelled). So a multi-turn episode whose turns return to the server
+// holding its conversation prefills only each turn's new tokens, and
+// /metrics shows vLLM's vllm:prefix_cache_queries_total and
+// vllm:prefix_cache_hits_total (in tokens) and KV-cache usage as the blocks
+// held by running requests. /pause empties the cache unless given
+// clear_cache=false, as vLLM's does.
 package toyllm

@@ -112,6 +112,8 @@ type genState struct {
 	stopMatch string
 
 	resp []byte
+
+	kv kvSeq // the request's hold on the prefix cache
 }
 
 // maxPooledBytes bounds the buffers kept in the pool, so that one huge

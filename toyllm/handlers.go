@@ -348,12 +348,16 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 // labelEscaper escapes a Prometheus label value.
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
-// handleMetrics serves vLLM's scheduler gauges in Prometheus' text format,
-// which load-aware routers and the LLM worker's in-flight control read, and
-// the stand-in's own: its skill, its weight version (as a label of an info
-// gauge), whether generation is held, its concurrency cap and the running
-// time of its generations. Its KV cache is its generation slots: usage is
-// the running sequences over Options.MaxConcurrent (0 without a cap).
+// handleMetrics serves vLLM's scheduler gauges and prefix cache counters in
+// Prometheus' text format, which load-aware routers and the LLM worker's
+// in-flight control read, and the stand-in's own: its skill, its weight
+// version (as a label of an info gauge), whether generation is held, its
+// concurrency cap and the running time of its generations. KV-cache usage
+// is the prefix cache's blocks held by running requests over its capacity;
+// without a prefix cache, the KV cache is the generation slots: usage is
+// the running sequences over Options.MaxConcurrent (0 without a cap). The
+// prefix cache counters, in tokens, are always served, 0 without a cache,
+// as by vLLM.
 func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	pol, held := s.gate.pol, s.gate.held()
@@ -365,8 +369,12 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 		paused = 1
 	}
 	running := s.running.Load()
+	cs := s.cache.stats()
 	usage := 0.0
-	if s.opts.MaxConcurrent > 0 {
+	switch {
+	case cs.capacity > 0:
+		usage = float64(cs.used) / float64(cs.capacity)
+	case s.opts.MaxConcurrent > 0:
 		usage = min(float64(running)/float64(s.opts.MaxConcurrent), 1)
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -376,6 +384,10 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s %d.0\n"+
 		"# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"+
 		"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc%s %s\n"+
+		"# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"+
+		"# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total%s %d.0\n"+
+		"# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"+
+		"# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total%s %d.0\n"+
 		"# HELP toyllm:skill The policy's logit for the planned token.\n"+
 		"# TYPE toyllm:skill gauge\ntoyllm:skill%s %s\n"+
 		"# HELP toyllm:weight_info The current weight version, as a label.\n"+
@@ -388,6 +400,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 		"# TYPE toyllm:running_seconds_total counter\ntoyllm:running_seconds_total%s %s\n",
 		label, running, label, s.waiting.Load(),
 		label, strconv.FormatFloat(usage, 'g', -1, 64),
+		label, cs.queries, label, cs.hits,
 		label, strconv.FormatFloat(pol.skill, 'g', -1, 64),
 		model, labelEscaper.Replace(pol.version), label, paused,
 		label, s.opts.MaxConcurrent,

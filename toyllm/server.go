@@ -29,16 +29,29 @@ const (
 const shutdownGrace = 5 * time.Second
 
 // Options configure a Server. The zero value serves DefaultModel with a
-// DefaultMaxModelLen context window, no latency and no concurrency cap.
+// DefaultMaxModelLen context window, no latency, no concurrency cap and no
+// prefix cache.
 type Options struct {
 	// Model is the served model name; requests naming another model get
 	// vLLM's 404. Default DefaultModel.
 	Model string
 	// MaxModelLen is the context window in tokens. Default DefaultMaxModelLen.
 	MaxModelLen int
-	// TokenLatency is the simulated time per generated token (0: none).
-	// The wait ends early, with an error, when the request's context ends.
+	// TokenLatency is the simulated time per generated token, the decode
+	// time (0: none). The wait ends early, with an error, when the
+	// request's context ends.
 	TokenLatency time.Duration
+	// PrefillLatency is the simulated time per prompt token the prefix
+	// cache did not hold, the prefill time (0: none), waited before the
+	// decode time. Without a cache every prompt token counts.
+	PrefillLatency time.Duration
+	// KVCacheTokens is the capacity of the server's KV cache in tokens,
+	// with vLLM's automatic prefix caching (see prefixCache); 0, or less
+	// than a block, disables it.
+	KVCacheTokens int
+	// BlockSize is the KV cache's block size in tokens. Default
+	// DefaultBlockSize.
+	BlockSize int
 	// MaxConcurrent caps the sequences generating at once (0: unlimited);
 	// further requests wait for a slot, as long as their context lasts.
 	MaxConcurrent int
@@ -88,6 +101,7 @@ type Server struct {
 	modelJSON []byte
 
 	slots   chan struct{} // nil when unlimited
+	cache   *prefixCache  // nil when disabled
 	running atomic.Int64
 	waiting atomic.Int64
 	// runNanos is the time every finished generation spent running, the
@@ -114,6 +128,10 @@ func New(opts Options) *Server {
 		opts.MaxModelLen = DefaultMaxModelLen
 	}
 	opts.TokenLatency = max(opts.TokenLatency, 0)
+	opts.PrefillLatency = max(opts.PrefillLatency, 0)
+	if opts.BlockSize <= 0 {
+		opts.BlockSize = DefaultBlockSize
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -132,6 +150,7 @@ func New(opts Options) *Server {
 		created:   time.Now().Unix(),
 		modelJSON: jsonw.AppendString(nil, opts.Model),
 		idPrefix:  rand.Uint64(),
+		cache:     newPrefixCache(opts.KVCacheTokens, opts.BlockSize),
 	}
 	s.states.New = func() any { return new(genState) }
 	s.gate.pol = newPolicy(opts.Skill, opts.WeightVersion)
@@ -234,7 +253,9 @@ func (s *Server) release() {
 
 // run generates the response of one request inside a generation slot, once
 // generation is not paused, with the policy current when it starts;
-// simulates its latency and reports it to Options.Record.
+// simulates its latency and reports it to Options.Record. The prompt holds
+// its blocks of the prefix cache while it runs; a response that completes
+// caches the blocks it filled.
 func (s *Server) run(ctx context.Context, st *genState, gp *genParams) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
@@ -251,14 +272,18 @@ func (s *Server) run(ctx context.Context, st *genState, gp *genParams) error {
 		s.runNanos.Add(int64(time.Since(begin)))
 		s.running.Add(-1)
 	}()
+	cached := s.cache.start(&st.kv, st.prompt)
 	generate(st, gp, pol)
-	if s.opts.TokenLatency > 0 {
+	prefill := time.Duration(len(st.prompt)-cached) * s.opts.PrefillLatency
+	if prefill > 0 || s.opts.TokenLatency > 0 {
 		// One wait for the whole response: nothing is streamed, so the
 		// client cannot tell it from a wait per token.
-		if err := s.simulateLatency(ctx, st, gp.topN, epoch, begin); err != nil {
+		if err := s.simulateLatency(ctx, st, gp.topN, epoch, begin, prefill); err != nil {
+			s.cache.finish(&st.kv, nil)
 			return err
 		}
 	}
+	s.cache.finish(&st.kv, st.ids)
 	if s.opts.Record != nil {
 		s.opts.Record(slices.Clone(st.prompt), slices.Clone(st.ids))
 	}

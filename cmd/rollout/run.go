@@ -61,6 +61,7 @@ type runCmd struct {
 	FilterRange        []float64        `default:"0,1" sep:"," help:"Low,high bounds for --filter."`
 	ToyLatency         time.Duration    `help:"Stand-in model: simulated time per generated token."`
 	ToyMaxConcurrent   int              `help:"Stand-in model: cap on concurrently generating sequences (0 = none)."`
+	ToyCache           toyCacheFlags    `embed:"" prefix:"toy-"`
 	Tokenizer          string           `type:"existingdir" placeholder:"DIR" help:"Stand-in model: serve this Hugging Face tokenizer directory's vocabulary and chat template (tokenizer.json, tokenizer_config.json) instead of its byte-level ChatML toy; scripts/fetch-tokenizers.sh fetches real ones into .cache/tokenizers."`
 	Timeout            time.Duration    `help:"Give up after this long (0 = never)."`
 	LogLevel           string           `default:"warn" enum:"debug,info,warn,error" help:"Log level (logs go to stderr)."`
@@ -149,6 +150,10 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 			return sum, fmt.Errorf("--tokenizer: %w", err)
 		}
 	}
+	toyOpts := toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent, Tokenizer: toyTok}
+	if err := c.ToyCache.apply(&toyOpts); err != nil {
+		return sum, fmt.Errorf("stand-in model: %w", err)
+	}
 	opts := fleet.Options{
 		Env: c.Env, Episodes: c.Episodes, Dataset: c.Dataset, ObsStyle: c.ObsStyle, ApplyChatTemplate: c.ApplyChatTemplate,
 		ChatTemplateName: templateName(c.ChatTemplate), ChatTemplateKwargs: kwargs,
@@ -158,7 +163,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		LLMMaxInFlight: int(c.LLMMaxInFlight), NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
 		Filter: filter, Remote: remote, Out: os.Stdout, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict, Logger: log, RunID: run, SubmitWindow: c.SubmitWindow,
 		Tracer: exp.Tracer("rollfleet/rollout"),
-		ToyLLM: toyllm.Options{TokenLatency: c.ToyLatency, MaxConcurrent: c.ToyMaxConcurrent, Tokenizer: toyTok},
+		ToyLLM: toyOpts,
 	}
 	if opts.Seed == nil {
 		// Drawn here so that the manifest can make the same episodes again.

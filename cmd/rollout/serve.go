@@ -19,8 +19,9 @@ type toyllmCmd struct {
 	Listen        string        `default:"127.0.0.1:8000" help:"Address to serve on."`
 	Model         string        `default:"rollfleet-toy" help:"Served model name."`
 	MaxModelLen   int           `default:"32768" help:"Context window in tokens."`
-	Latency       time.Duration `help:"Simulated time per generated token."`
+	Latency       time.Duration `help:"Simulated time per generated token (decode time)."`
 	MaxConcurrent int           `help:"Cap on concurrently generating sequences (0 = none)."`
+	Cache         toyCacheFlags `embed:""`
 	Skill         float64       `help:"Starting policy's logit for the planned token, in (0, 30]; higher makes fewer slips (0 = the default, 14). POST /update_weights changes it."`
 	WeightVersion string        `help:"Starting weight version reported by GET /weight_info (default \"default\")."`
 	Tokenizer     string        `type:"existingdir" placeholder:"DIR" help:"Speak a real model's vocabulary and chat template: a model directory with tokenizer.json and tokenizer_config.json (default: the byte-level toy vocabulary)."`
@@ -28,6 +29,28 @@ type toyllmCmd struct {
 	Reasoning     bool          `help:"With --tokenizer: the stand-in opens a <think> block itself where the chat template leaves thinking to the model, as Qwen3 does with enable_thinking on."`
 	LogLevel      string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	LogFormat     string        `default:"text" enum:"text,json" help:"Log format: text (key=value) or json (one object per line)."`
+}
+
+// toyCacheFlags are the stand-in model's prefix cache and prefill flags,
+// shared by rollout toyllm and, prefixed toy-, rollout run.
+type toyCacheFlags struct {
+	KVCacheTokens  int           `name:"kv-cache-tokens" help:"Stand-in model's KV cache capacity in tokens, with vLLM's automatic prefix caching: full blocks cached by their whole prefix, least recently used evicted, hits counted on /metrics (0 = no cache)."`
+	BlockSize      int           `default:"16" help:"Stand-in model's prefix cache block size in tokens."`
+	PrefillLatency time.Duration `help:"Stand-in model's simulated time per prompt token its prefix cache does not hold, waited before the generated tokens' (0 = none)."`
+}
+
+// apply checks the flags and sets their options in opts.
+func (f toyCacheFlags) apply(opts *toyllm.Options) error {
+	switch {
+	case f.BlockSize < 1:
+		return fmt.Errorf("prefix cache block size %d: must be at least 1", f.BlockSize)
+	case f.KVCacheTokens < 0 || f.KVCacheTokens > 0 && f.KVCacheTokens < f.BlockSize:
+		return fmt.Errorf("KV cache of %d tokens: must be 0 (none) or at least one block of %d", f.KVCacheTokens, f.BlockSize)
+	case f.PrefillLatency < 0:
+		return fmt.Errorf("prefill latency %v: must not be negative", f.PrefillLatency)
+	}
+	opts.KVCacheTokens, opts.BlockSize, opts.PrefillLatency = f.KVCacheTokens, f.BlockSize, f.PrefillLatency
+	return nil
 }
 
 // options turns the flags into the server's options.
@@ -38,6 +61,9 @@ func (c *toyllmCmd) options() (toyllm.Options, error) {
 	opts := toyllm.Options{
 		Model: c.Model, MaxModelLen: c.MaxModelLen, TokenLatency: c.Latency, MaxConcurrent: c.MaxConcurrent,
 		Skill: c.Skill, WeightVersion: c.WeightVersion,
+	}
+	if err := c.Cache.apply(&opts); err != nil {
+		return toyllm.Options{}, err
 	}
 	switch {
 	case c.Tokenizer != "":
