@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,34 @@ const DefaultMaxPayload = 8 << 20
 // ErrNotReady means the embedded server did not become ready in time. A bad
 // store directory is the usual cause; the server's own log says more.
 var ErrNotReady = errors.New("bus: embedded NATS server not ready")
+
+// SyncAlways is the Sync policy that syncs every write before it is
+// acknowledged: the default, and the one under which an acknowledged
+// episode, step or trajectory survives a power loss.
+const SyncAlways = "always"
+
+// TempStoreSync is the sync policy for a store in a temp dir that is
+// removed when its process ends, and so never read after a crash: syncing
+// it would buy nothing. It is nats-server's own default interval.
+const TempStoreSync = "2m"
+
+// ErrBadSync means a Sync policy is neither SyncAlways nor a positive
+// duration.
+var ErrBadSync = errors.New("bus: sync must be \"always\" or a positive duration such as 2m")
+
+// ParseSync reads a Sync policy: SyncAlways, or the interval between
+// syncs. For SyncAlways, interval is nats-server's default, which it then
+// uses only for its periodic index syncs.
+func ParseSync(policy string) (always bool, interval time.Duration, err error) {
+	if strings.EqualFold(policy, SyncAlways) {
+		return true, 2 * time.Minute, nil
+	}
+	d, err := time.ParseDuration(policy)
+	if err != nil || d <= 0 {
+		return false, 0, fmt.Errorf("%w, got %q", ErrBadSync, policy)
+	}
+	return false, d, nil
+}
 
 // ServerOptions configures an embedded NATS server with JetStream.
 type ServerOptions struct {
@@ -42,6 +71,13 @@ type ServerOptions struct {
 	DataDir string
 	// MaxPayload defaults to DefaultMaxPayload.
 	MaxPayload int32
+	// Sync is when JetStream writes what it stores to disk (ParseSync):
+	// SyncAlways, before it acknowledges each write, or an interval
+	// between syncs ("2m" is nats-server's own default), which on a power
+	// loss or an OS crash loses the writes acknowledged in the last
+	// interval. Empty means the configuration file's sync_interval, and
+	// SyncAlways where it sets none (see docs/reliability.md).
+	Sync string
 	// ReadyTimeout defaults to 10s.
 	ReadyTimeout time.Duration
 	// Logger receives the server's log lines; nil discards them.
@@ -151,6 +187,16 @@ func (opts ServerOptions) serverOptions() (*server.Options, error) {
 	}
 	if err := opts.clusterOptions(sopts); err != nil {
 		return nil, err
+	}
+	switch {
+	case opts.Sync != "":
+		always, interval, err := ParseSync(opts.Sync)
+		if err != nil {
+			return nil, err
+		}
+		sopts.SyncAlways, sopts.SyncInterval = always, interval
+	case !sopts.SyncAlways && sopts.SyncInterval == 0: // the file sets none
+		sopts.SyncAlways = true
 	}
 	sopts.JetStream = true
 	sopts.NoSigs = true

@@ -11,6 +11,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,9 @@ type Options struct {
 	// Logger receives the servers' log lines, each with its node's name;
 	// nil discards them.
 	Logger *slog.Logger
+	// Sync is every node's sync policy (bus.ServerOptions.Sync); empty
+	// means bus.SyncAlways.
+	Sync string
 }
 
 func (o *Options) setDefaults() {
@@ -102,8 +106,8 @@ func NewPlan(opts Options) (*Plan, error) {
 		name := fmt.Sprintf("%s-%d", opts.NodePrefix, i+1)
 		n := bus.ServerOptions{
 			Name: name, Host: "127.0.0.1", Port: ports[2*i], DataDir: filepath.Join(opts.Dir, name),
-			ReadyTimeout: opts.ReadyTimeout,
-			ClusterName:  opts.Name, ClusterHost: "127.0.0.1", ClusterPort: ports[2*i+1], Routes: routes,
+			ReadyTimeout: opts.ReadyTimeout, Sync: opts.Sync,
+			ClusterName: opts.Name, ClusterHost: "127.0.0.1", ClusterPort: ports[2*i+1], Routes: routes,
 		}
 		if opts.Logger != nil {
 			n.Logger = opts.Logger.With("node", name)
@@ -135,6 +139,7 @@ func (p *Plan) Args(i int) []string {
 		"--cluster", net.JoinHostPort(n.ClusterHost, strconv.Itoa(n.ClusterPort)),
 		"--cluster-name", n.ClusterName,
 		"--routes", strings.Join(n.Routes, ","),
+		"--sync", cmp.Or(n.Sync, bus.SyncAlways),
 	}
 }
 

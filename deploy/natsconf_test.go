@@ -48,7 +48,14 @@ http: 0.0.0.0:8222
 
 # JetStream is on either way; its store is --data-dir. Without limits here,
 # JetStream may use 75% of the memory and of the free disk space.
+# sync_interval: always writes every message to disk before it is
+# acknowledged, so a power loss or an OS crash loses nothing acknowledged
+# ("rollout server" does so when the file sets nothing; nats-server's own
+# default, 2m, loses what was acknowledged since the last sync: see
+# docs/reliability.md, "Power loss"). --sync on the command line overrides
+# it.
 jetstream {
+  sync_interval: always
 }
 
 # Routes between the nodes authenticate with this user: a node may join only

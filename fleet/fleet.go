@@ -93,6 +93,10 @@ type Options struct {
 	// is removed afterwards. The run holds the dir's lock: a second process
 	// on it fails with bus.ErrDataDirInUse.
 	DataDir string
+	// Sync is the embedded server's sync policy (bus.ServerOptions.Sync).
+	// Empty: bus.SyncAlways with a DataDir, bus.TempStoreSync on a temp
+	// dir (a resumed run reads its ledger and outputs, never the store).
+	Sync string
 	// SubmitOnly submits and collects without starting actors: a fleet of
 	// separate processes does the work.
 	SubmitOnly bool
@@ -377,7 +381,11 @@ func startBus(stack *cleanup, opts Options) (func(name string) (*nats.Conn, erro
 		stack.push(func() { _ = os.RemoveAll(tmp) })
 		dir = tmp
 	}
-	sopts := bus.ServerOptions{DontListen: true, DataDir: dir, Logger: opts.Logger}
+	syncPolicy := opts.Sync
+	if syncPolicy == "" && opts.DataDir == "" {
+		syncPolicy = bus.TempStoreSync
+	}
+	sopts := bus.ServerOptions{DontListen: true, DataDir: dir, Logger: opts.Logger, Sync: syncPolicy}
 	s, err := bus.StartServer(sopts)
 	if err != nil {
 		return nil, err

@@ -31,11 +31,15 @@ func RunServer(t testing.TB) *server.Server {
 }
 
 // RunServerWith is RunServer with the server configured by opts; it
-// overrides opts.DontListen and opts.DataDir as RunServer sets them.
+// overrides opts.DontListen and opts.DataDir as RunServer sets them, and
+// an empty opts.Sync with bus.TempStoreSync: a test's store is a temp dir.
 func RunServerWith(t testing.TB, opts bus.ServerOptions) *server.Server {
 	t.Helper()
 	opts.DontListen = true
 	opts.DataDir = t.TempDir()
+	if opts.Sync == "" {
+		opts.Sync = bus.TempStoreSync
+	}
 	return RunListeningServer(t, opts)
 }
 

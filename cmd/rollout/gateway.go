@@ -208,8 +208,9 @@ func (c *gatewayCmd) dialer(ctx context.Context, log *slog.Logger, cleanups *[]f
 	if err := messages.ValidatePrefix(c.Prefix); err != nil {
 		return nil, fmt.Errorf("--prefix: %w", err)
 	}
-	dir := c.DataDir
+	dir, syncPolicy := c.DataDir, ""
 	if dir == "" {
+		syncPolicy = bus.TempStoreSync
 		tmp, err := os.MkdirTemp("", "rollfleet-gateway-")
 		if err != nil {
 			return nil, err
@@ -217,7 +218,7 @@ func (c *gatewayCmd) dialer(ctx context.Context, log *slog.Logger, cleanups *[]f
 		*cleanups = append(*cleanups, func() { _ = os.RemoveAll(tmp) })
 		dir = tmp
 	}
-	srv, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: dir})
+	srv, err := bus.StartServer(bus.ServerOptions{DontListen: true, DataDir: dir, Sync: syncPolicy})
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,7 @@ type runCmd struct {
 	NATS               string           `help:"External NATS URL(s) instead of the embedded server."`
 	SubmitOnly         bool             `help:"With --nats: submit and collect only; a fleet of separate processes does the work."`
 	DataDir            string           `help:"Embedded server data dir (default: a temp dir, removed afterwards)."`
+	Sync               string           `placeholder:"always|DURATION" help:"Embedded server: when JetStream syncs its store to disk: always (before acknowledging each write; the default with --data-dir) or an interval such as 2m (nats-server's default; the default on a temp dir, which a crash loses anyway), which loses the writes acknowledged in the last interval on a power loss or OS crash."`
 	Filter             bool             `help:"Dynamic filtering of groups by mean score inside --filter-range."`
 	FilterRange        []float64        `default:"0,1" sep:"," help:"Low,high bounds for --filter."`
 	ToyLatency         time.Duration    `help:"Stand-in model: simulated time per generated token."`
@@ -160,7 +161,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens, PromptOverflow: c.PromptOverflow,
 		MaxStaleness: c.MaxStaleness, StalePolicy: c.StalePolicy,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
-		LLMMaxInFlight: int(c.LLMMaxInFlight), NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir,
+		LLMMaxInFlight: int(c.LLMMaxInFlight), NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir, Sync: c.Sync,
 		Filter: filter, Remote: remote, Out: os.Stdout, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict, Logger: log, RunID: run, SubmitWindow: c.SubmitWindow,
 		Tracer: exp.Tracer("rollfleet/rollout"),
 		ToyLLM: toyOpts,

@@ -106,6 +106,7 @@ func (c *toyllmCmd) Run() error {
 type serverCmd struct {
 	Listen      string   `placeholder:"HOST:PORT" help:"Address to serve NATS on (default 127.0.0.1:4222, or the --config file's listen; port 0 picks a free one)."`
 	DataDir     string   `help:"JetStream store directory (required unless --config names one)."`
+	Sync        string   `placeholder:"always|DURATION" help:"When JetStream syncs its store to disk: always (before acknowledging each write) or an interval such as 2m (nats-server's default), which loses the writes acknowledged in the last interval on a power loss or OS crash. Default: the --config file's jetstream sync_interval, else always."`
 	Config      string   `type:"existingfile" help:"nats-server configuration file: accounts, users and permissions (see examples/nats/auth.conf); the flags given override its settings."`
 	ServerName  string   `name:"server-name" aliases:"name" help:"Server name; on a cluster unique per node and the same across restarts."`
 	Cluster     string   `placeholder:"HOST:PORT" help:"Join a JetStream cluster: the address to accept routes from the other nodes on (see docs/cluster.md)."`
@@ -123,7 +124,7 @@ const defaultListen = "127.0.0.1:4222"
 // --cluster take HOST:PORT, port 0 picking a free port.
 func (c *serverCmd) options() (bus.ServerOptions, error) {
 	opts := bus.ServerOptions{
-		Name: c.ServerName, DataDir: c.DataDir, ConfigFile: c.Config,
+		Name: c.ServerName, DataDir: c.DataDir, ConfigFile: c.Config, Sync: c.Sync,
 		ClusterName: c.ClusterName, Routes: c.Routes,
 	}
 	listen := c.Listen

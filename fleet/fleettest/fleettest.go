@@ -20,7 +20,7 @@ import (
 // fleet, whose Connect gives the test its own connections.
 func Listening(t testing.TB) (string, *fleet.Standing) {
 	t.Helper()
-	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: filepath.Join(t.TempDir(), "nats")})
+	s := bustest.RunListeningServer(t, bus.ServerOptions{Host: "127.0.0.1", Port: -1, DataDir: filepath.Join(t.TempDir(), "nats"), Sync: bus.TempStoreSync})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	f, err := fleet.StartStanding(ctx, fleet.Options{NATS: s.ClientURL(), Logger: slog.New(slog.DiscardHandler)})
