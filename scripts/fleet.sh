@@ -17,6 +17,8 @@
 # "--latency 10ms --max-concurrent 1024" for a modelled GPU server).
 # COLLECTORS=N (default 1) starts N collectors, each on one shard of N
 # (`collector --shard i/N`), which split the steps stream by group.
+# SYNC is the NATS server's --sync (default always; 2m is nats-server's
+# own default, which a power loss makes lose acknowledged writes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$bin/rollout" server --listen "$nats_addr" --data-dir "$data" & pids+=($!); names+=(server)
+"$bin/rollout" server --listen "$nats_addr" --data-dir "$data" --sync "${SYNC:-always}" & pids+=($!); names+=(server)
 vllm=${VLLM:-}
 if [ -z "$vllm" ]; then
   # shellcheck disable=SC2086 # TOY_FLAGS is a list of flags
