@@ -435,41 +435,16 @@ func (f *fifteenPuzzle) Snapshot() json.RawMessage {
 // Restore overrides the keys present in state, then validates the result as a
 // whole; on any error the env keeps its previous state.
 func (f *fifteenPuzzle) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(fifteenFamily, err)
-	}
-	next, err := f.s.overlay(obj)
-	if err != nil {
-		return err
-	}
-	if err := next.validate(); err != nil {
-		return restoreError(fifteenFamily, err)
-	}
-	f.s = next
-	return nil
+	return restoreState(fifteenFamily, &f.s, state, nil)
 }
 
 // fromState lays state over the constructor's state. The board must be
 // given; for a drawn size, num_rows is the board's and max_turns is what the
 // -random draw pairs with it.
 func (f *fifteenPuzzle) fromState(state json.RawMessage) (Info, error) {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return nil, restoreError(fifteenFamily, err)
-	}
-	drawn := f.s.Random
-	next, err := f.s.overlay(obj)
-	if err != nil {
+	if err := startState(fifteenFamily, &f.s, f.s.Random, state); err != nil {
 		return nil, err
 	}
-	if err := next.derive(obj, drawn); err != nil {
-		return nil, restoreError(fifteenFamily, err)
-	}
-	if err := next.validate(); err != nil {
-		return nil, restoreError(fifteenFamily, err)
-	}
-	f.s = next
 	return f.Info(), nil
 }
 

@@ -51,6 +51,22 @@ type fromStater interface {
 	fromState(state json.RawMessage) (Info, error)
 }
 
+// startingState is a gameState whose derive fills in the keys a partial
+// state leaves out, or names the first one it must give; drawn says whether
+// the env draws its variant at reset.
+type startingState[S any] interface {
+	gameState[S]
+	derive(obj map[string]json.RawMessage, drawn bool) error
+}
+
+// startState is restoreState with derive completing the state; drawn is
+// read from the constructor's state, before the keys given are laid over it.
+func startState[S any, P startingState[S]](family string, s *S, drawn bool, state json.RawMessage) error {
+	return restoreState[S, P](family, s, state, func(obj map[string]json.RawMessage, next *S) error {
+		return P(next).derive(obj, drawn)
+	})
+}
+
 // has reports whether the state object gives key.
 func has(obj map[string]json.RawMessage, key string) bool {
 	_, ok := obj[key]

@@ -405,28 +405,16 @@ func (g *game2048) Snapshot() json.RawMessage {
 // whole; on any error the env keeps its previous state. A board given without
 // max_tile and init_max sets both to its largest tile, as a reset does.
 func (g *game2048) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(game2048Family, err)
-	}
-	next, err := g.s.overlay(obj)
-	if err != nil {
-		return err
-	}
-	_, hasMax := obj["max_tile"]
-	_, hasInit := obj["init_max"]
-	if _, hasBoard := obj["board"]; hasBoard && !hasMax && !hasInit {
-		next.MaxTile = game2048Largest(next.Board)
-		next.InitMax = next.MaxTile
-		if next.MaxTile == 0 {
-			return fmt.Errorf("restore %s state: board: no tile to derive max_tile and init_max from", game2048Family)
+	return restoreState(game2048Family, &g.s, state, func(obj map[string]json.RawMessage, next *game2048State) error {
+		if has(obj, "board") && !has(obj, "max_tile") && !has(obj, "init_max") {
+			next.MaxTile = game2048Largest(next.Board)
+			next.InitMax = next.MaxTile
+			if next.MaxTile == 0 {
+				return errors.New("board: no tile to derive max_tile and init_max from")
+			}
 		}
-	}
-	if err := next.validate(); err != nil {
-		return restoreError(game2048Family, err)
-	}
-	g.s = next
-	return nil
+		return nil
+	})
 }
 
 // fromState lays state over the constructor's state. The board and the
@@ -436,22 +424,9 @@ func (g *game2048) Restore(state json.RawMessage) error {
 // max_tile is init_max, as after a reset; later, both must be given. The
 // example defaults to "up".
 func (g *game2048) fromState(state json.RawMessage) (Info, error) {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return nil, restoreError(game2048Family, err)
-	}
-	drawn := g.s.Random
-	next, err := g.s.overlay(obj)
-	if err != nil {
+	if err := startState(game2048Family, &g.s, g.s.Random, state); err != nil {
 		return nil, err
 	}
-	if err := next.derive(obj, drawn); err != nil {
-		return nil, restoreError(game2048Family, err)
-	}
-	if err := next.validate(); err != nil {
-		return nil, restoreError(game2048Family, err)
-	}
-	g.s = next
 	return g.Info(), nil
 }
 

@@ -218,41 +218,16 @@ func (g *guessTheNumber) Snapshot() json.RawMessage {
 // Restore overrides the keys present in state, then validates the result as a
 // whole; on any error the env keeps its previous state.
 func (g *guessTheNumber) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(gtnFamily, err)
-	}
-	next, err := g.s.overlay(obj)
-	if err != nil {
-		return err
-	}
-	if err := next.validate(); err != nil {
-		return restoreError(gtnFamily, err)
-	}
-	g.s = next
-	return nil
+	return restoreState(gtnFamily, &g.s, state, nil)
 }
 
 // fromState lays state over the constructor's state. A drawn range must be
 // given (max_turns then follows from it as the -random draw pairs them); the
 // target must be given; the example defaults to min_number.
 func (g *guessTheNumber) fromState(state json.RawMessage) (Info, error) {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return nil, restoreError(gtnFamily, err)
-	}
-	drawn := g.s.Random
-	next, err := g.s.overlay(obj)
-	if err != nil {
+	if err := startState(gtnFamily, &g.s, g.s.Random, state); err != nil {
 		return nil, err
 	}
-	if err := next.derive(obj, drawn); err != nil {
-		return nil, restoreError(gtnFamily, err)
-	}
-	if err := next.validate(); err != nil {
-		return nil, restoreError(gtnFamily, err)
-	}
-	g.s = next
 	return gtnInfo(), nil
 }
 

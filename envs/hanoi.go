@@ -263,19 +263,7 @@ func (g *towerOfHanoi) Snapshot() json.RawMessage {
 // towers present), then validates the result as a whole; on any error the env
 // keeps its previous state.
 func (g *towerOfHanoi) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(hanoiFamily, err)
-	}
-	next, err := g.s.overlay(obj)
-	if err != nil {
-		return err
-	}
-	if err := next.validate(); err != nil {
-		return restoreError(hanoiFamily, err)
-	}
-	g.s = next
-	return nil
+	return restoreState(hanoiFamily, &g.s, state, nil)
 }
 
 // fromState lays state over the constructor's state. Towers that a given

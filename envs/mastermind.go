@@ -360,19 +360,7 @@ func (m *mastermind) Snapshot() json.RawMessage {
 // Restore overrides the keys present in state, then validates the result as a
 // whole; on any error the env keeps its previous state.
 func (m *mastermind) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(mastermindFamily, err)
-	}
-	next, err := m.s.overlay(obj)
-	if err != nil {
-		return err
-	}
-	if err := next.validate(); err != nil {
-		return restoreError(mastermindFamily, err)
-	}
-	m.s = next
-	return nil
+	return restoreState(mastermindFamily, &m.s, state, nil)
 }
 
 // fromState lays state over the constructor's state. The code must be
@@ -381,22 +369,9 @@ func (m *mastermind) Restore(state json.RawMessage) error {
 // milestone follows from the previous guesses, and the example defaults to
 // 1, 2, ..., code_length. Reset's info is empty, so the info returned is too.
 func (m *mastermind) fromState(state json.RawMessage) (Info, error) {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return nil, restoreError(mastermindFamily, err)
-	}
-	drawn := m.s.Random
-	next, err := m.s.overlay(obj)
-	if err != nil {
+	if err := startState(mastermindFamily, &m.s, m.s.Random, state); err != nil {
 		return nil, err
 	}
-	if err := next.derive(obj, drawn); err != nil {
-		return nil, restoreError(mastermindFamily, err)
-	}
-	if err := next.validate(); err != nil {
-		return nil, restoreError(mastermindFamily, err)
-	}
-	m.s = next
 	return Info{}, nil
 }
 

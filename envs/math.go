@@ -200,11 +200,12 @@ func (m *mathEnv) Snapshot() json.RawMessage {
 // Restore overrides the keys present in state; on any error the env keeps
 // its previous state.
 func (m *mathEnv) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(MathFamily, err)
-	}
-	next := m.s
+	return restoreState(MathFamily, &m.s, state, nil)
+}
+
+// overlay returns a copy of s with the keys of obj decoded over it.
+func (s mathState) overlay(obj map[string]json.RawMessage) (mathState, error) {
+	next := s
 	fields := map[string]any{
 		"question": &next.Question, "answer": &next.Answer, "max_attempts": &next.MaxAttempts,
 		"attempts": &next.Attempts, "system": &next.System, "extracted": &next.Extracted, "reward": &next.Reward,
@@ -212,13 +213,9 @@ func (m *mathEnv) Restore(state json.RawMessage) error {
 		"judge_error": &next.JudgeError, "strict": &next.Strict,
 	}
 	if err := restoreFields(MathFamily, obj, fields); err != nil {
-		return err
+		return mathState{}, err
 	}
-	if err := next.validate(); err != nil {
-		return restoreError(MathFamily, err)
-	}
-	m.s = next
-	return nil
+	return next, nil
 }
 
 // fromState lays state over the constructor's state; a math problem draws

@@ -401,30 +401,21 @@ func (g *minesweeper) Snapshot() json.RawMessage {
 // Restore overrides the keys present in state, then validates the result as a
 // whole; on any error the env keeps its previous state.
 func (g *minesweeper) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(minesweeperFamily, err)
-	}
-	next, err := g.s.overlay(obj)
-	if err != nil {
+	if err := restoreState(minesweeperFamily, &g.s, state, nil); err != nil {
 		return err
 	}
-	return g.commit(next)
+	g.settle()
+	return nil
 }
 
-// commit validates next and makes it the state, in canonical form.
-func (g *minesweeper) commit(next minesweeperState) error {
-	if err := next.validate(); err != nil {
-		return restoreError(minesweeperFamily, err)
-	}
-	// Canonical row-major order, so the snapshot does not depend on how the
-	// caller listed the cells.
-	for _, cells := range [][]minesweeperCell{next.Mines, next.Revealed, next.Flagged} {
+// settle puts a restored state's cells in canonical row-major order, so the
+// snapshot does not depend on how the caller listed them, and rebuilds the
+// lookup grids.
+func (g *minesweeper) settle() {
+	for _, cells := range [][]minesweeperCell{g.s.Mines, g.s.Revealed, g.s.Flagged} {
 		slices.SortFunc(cells, minesweeperCompare)
 	}
-	g.s = next
 	g.syncGrids()
-	return nil
 }
 
 // fromState lays state over the constructor's state. The mines, or the
@@ -434,21 +425,10 @@ func (g *minesweeper) commit(next minesweeperState) error {
 // rows*cols/5, and max_turns is rows*cols. first_reveal follows from the
 // revealed cells, and the examples default to the first and last cells.
 func (g *minesweeper) fromState(state json.RawMessage) (Info, error) {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return nil, restoreError(minesweeperFamily, err)
-	}
-	drawn := g.s.Random
-	next, err := g.s.overlay(obj)
-	if err != nil {
+	if err := startState(minesweeperFamily, &g.s, g.s.Random, state); err != nil {
 		return nil, err
 	}
-	if err := next.derive(obj, drawn); err != nil {
-		return nil, restoreError(minesweeperFamily, err)
-	}
-	if err := g.commit(next); err != nil {
-		return nil, err
-	}
+	g.settle()
 	return g.Info(), nil
 }
 

@@ -53,6 +53,41 @@ func restoreError(family string, err error) error {
 	return fmt.Errorf("restore %s state: %w", family, err)
 }
 
+// gameState is the pointer type P of a game's state struct S: overlay lays
+// a state object's members over a copy of the state, and validate checks
+// the result as a whole.
+type gameState[S any] interface {
+	*S
+	overlay(obj map[string]json.RawMessage) (S, error)
+	validate() error
+}
+
+// restoreState lays the JSON object state over *s, lets adjust (when not
+// nil) complete the result from the keys given, and validates it; only then
+// does it store the result in *s, so on any error *s is unchanged. overlay's
+// errors name the family already; the others are wrapped by restoreError.
+func restoreState[S any, P gameState[S]](family string, s *S, state json.RawMessage,
+	adjust func(obj map[string]json.RawMessage, next *S) error) error {
+	obj, err := decodeObject(state)
+	if err != nil {
+		return restoreError(family, err)
+	}
+	next, err := P(s).overlay(obj)
+	if err != nil {
+		return err
+	}
+	if adjust != nil {
+		if err := adjust(obj, &next); err != nil {
+			return restoreError(family, err)
+		}
+	}
+	if err := P(&next).validate(); err != nil {
+		return restoreError(family, err)
+	}
+	*s = next
+	return nil
+}
+
 // restoreFields decodes the members of a state object, in sorted key order,
 // into fields: a pointer is filled by decodeStrict, and a
 // func(json.RawMessage) error decodes a member that needs its own rules (its

@@ -384,24 +384,10 @@ func (g *sokoban) Snapshot() json.RawMessage {
 // whole; on any error the env keeps its previous state. Boxes may be given in
 // any order.
 func (g *sokoban) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(sokobanFamily, err)
-	}
-	next, err := g.s.overlay(obj)
-	if err != nil {
+	if err := restoreState(sokobanFamily, &g.s, state, nil); err != nil {
 		return err
 	}
-	return g.commit(next)
-}
-
-// commit validates next and makes it the state, boxes in row-major order.
-func (g *sokoban) commit(next sokobanState) error {
-	if err := next.validate(); err != nil {
-		return restoreError(sokobanFamily, err)
-	}
-	sokobanSort(next.Boxes)
-	g.s = next
+	sokobanSort(g.s.Boxes) // row-major, whatever order the caller gave
 	return nil
 }
 
@@ -410,21 +396,10 @@ func (g *sokoban) commit(next sokobanState) error {
 // number of targets and max_turns is what the -random draw pairs with the
 // room's size and num_boxes. The example defaults to "up".
 func (g *sokoban) fromState(state json.RawMessage) (Info, error) {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return nil, restoreError(sokobanFamily, err)
-	}
-	drawn := g.s.Random
-	next, err := g.s.overlay(obj)
-	if err != nil {
+	if err := startState(sokobanFamily, &g.s, g.s.Random, state); err != nil {
 		return nil, err
 	}
-	if err := next.derive(obj, drawn); err != nil {
-		return nil, restoreError(sokobanFamily, err)
-	}
-	if err := g.commit(next); err != nil {
-		return nil, err
-	}
+	sokobanSort(g.s.Boxes)
 	return g.Info(), nil
 }
 

@@ -475,19 +475,7 @@ func (g *sudoku) Snapshot() json.RawMessage {
 // whole; on any error the env keeps its previous state. Restoring a board
 // does not recompute init_num_empty: give it too when it changes.
 func (g *sudoku) Restore(state json.RawMessage) error {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return restoreError(sudokuFamily, err)
-	}
-	next, err := g.s.overlay(obj)
-	if err != nil {
-		return err
-	}
-	if err := next.validate(); err != nil {
-		return restoreError(sudokuFamily, err)
-	}
-	g.s = next
-	return nil
+	return restoreState(sudokuFamily, &g.s, state, nil)
 }
 
 // fromState lays state over the constructor's state. The board must be
@@ -497,22 +485,9 @@ func (g *sudoku) Restore(state json.RawMessage) error {
 // state is the start of an episode (turn_count absent or 0); later, the
 // board may hold placements, so it must be given.
 func (g *sudoku) fromState(state json.RawMessage) (Info, error) {
-	obj, err := decodeObject(state)
-	if err != nil {
-		return nil, restoreError(sudokuFamily, err)
-	}
-	drawn := g.s.Random
-	next, err := g.s.overlay(obj)
-	if err != nil {
+	if err := startState(sudokuFamily, &g.s, g.s.Random, state); err != nil {
 		return nil, err
 	}
-	if err := next.derive(obj, drawn); err != nil {
-		return nil, restoreError(sudokuFamily, err)
-	}
-	if err := next.validate(); err != nil {
-		return nil, restoreError(sudokuFamily, err)
-	}
-	g.s = next
 	return g.Info(), nil
 }
 
