@@ -5,8 +5,9 @@
 // meanwhile injects seeded faults: SIGKILLs of every kind of process with a
 // restart (a NATS server on the same data directory and port), SIGSTOP and
 // SIGCONT of workers and collectors for longer than the env workers' ack
-// wait, a NATS data disk that fills and frees, forged step messages and
-// episodes submitted a second time. It reads every outcome as a trainer
+// wait, a NATS data disk that fills and frees, power losses of NATS servers
+// (a SIGKILL that also loses what they had not fsynced), forged step
+// messages and episodes submitted a second time. It reads every outcome as a trainer
 // does, with consumers that acknowledge each record (the output streams are
 // work queues, and a groups stream nobody reads would fill), and a msgpack
 // decoder of its own; when the fleet has settled it checks the promise
@@ -36,6 +37,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
+	"github.com/rollfleet/rollfleet/chaos/lazyfs"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
 )
@@ -61,6 +63,11 @@ const (
 	// KindDisk fills the file system of a NATS server's data directory (a
 	// tmpfs the harness mounts), holds it full for a while and frees it.
 	KindDisk Kind = "disk"
+	// KindPowerLoss cuts the power of a NATS server, or in cluster mode
+	// alternately of one node and of all three at once: each server's data
+	// directory is a lazyfs mount, and a power loss SIGKILLs the servers,
+	// drops the data they wrote but had not fsynced, and starts them again.
+	KindPowerLoss Kind = "power-loss"
 	// KindForge publishes forged step events of a live episode on its
 	// steps subject, as an authorised process could.
 	KindForge Kind = "forge"
@@ -77,7 +84,7 @@ var ProcessKinds = []Kind{KindEnvWorker, KindLLMWorker, KindCollector, KindModel
 const defaultDiskSize = 3584 << 20
 
 // Kinds lists every kind of fault in report order.
-var Kinds = []Kind{KindEnvWorker, KindLLMWorker, KindCollector, KindModel, KindNATS, KindPause, KindDisk, KindForge, KindResubmit}
+var Kinds = []Kind{KindEnvWorker, KindLLMWorker, KindCollector, KindModel, KindNATS, KindPause, KindDisk, KindPowerLoss, KindForge, KindResubmit}
 
 // Binaries are the commands the harness runs; Build puts them in one directory.
 var Binaries = []string{"rollout", "envworker", "llmworker", "collector"}
@@ -118,6 +125,17 @@ type Config struct {
 	DiskFills int
 	DiskSize  int64
 	DiskHold  time.Duration
+	// PowerLosses is the number of power losses of NATS servers (default
+	// 4); in cluster mode every second one takes all three nodes at once.
+	// Each NATS server's data directory is then a lazyfs mount (see package
+	// lazyfs) over a directory beside it, which needs FUSE; where it is not
+	// available the kind is skipped with a note.
+	PowerLosses int
+	// Sync is the NATS servers' JetStream sync policy, passed as rollout
+	// server --sync: "always" or an interval such as "2m" (nats-server's
+	// own default, which a power loss shows losing acknowledged writes).
+	// Empty leaves the server's default, always.
+	Sync string
 	// RecoverWait is how long after a disk is freed the harness waits for
 	// the NATS server to serve JetStream again by itself before it restarts
 	// it and counts the fault as unrecovered (default 30s).
@@ -193,6 +211,7 @@ func (c *Config) setDefaults() {
 	count(&c.KillsPerKind, 20)
 	count(&c.Pauses, 10)
 	count(&c.DiskFills, 4)
+	count(&c.PowerLosses, 4)
 	count(&c.Forgeries, 20)
 	count(&c.Resubmits, 20)
 	if len(c.Kinds) == 0 {
@@ -280,6 +299,11 @@ func (c *Config) check() error {
 			return fmt.Errorf("chaos: unknown kind %q (want one of %v)", k, Kinds)
 		}
 	}
+	if c.Sync != "" && c.Sync != "always" {
+		if d, err := time.ParseDuration(c.Sync); err != nil || d <= 0 {
+			return fmt.Errorf("chaos: Sync %q: want always or a positive duration", c.Sync)
+		}
+	}
 	for _, id := range c.Envs {
 		spec, err := envs.Lookup(id)
 		if err != nil {
@@ -302,6 +326,8 @@ func (c *Config) count(k Kind) int {
 		return c.Pauses
 	case KindDisk:
 		return c.DiskFills
+	case KindPowerLoss:
+		return c.PowerLosses
 	case KindForge:
 		return c.Forgeries
 	case KindResubmit:
@@ -334,11 +360,16 @@ type harness struct {
 	rng     *rand.Rand
 	t0      time.Time
 
-	natsURL    string // every node's client URL, comma-separated
-	natsURLs   []string
-	natsNodes  []*proc
-	natsDirs   []string // each node's data directory
-	mounted    []string // tmpfs mounts to undo
+	natsURL   string // every node's client URL, comma-separated
+	natsURLs  []string
+	natsNodes []*proc
+	natsDirs  []string // each node's data directory
+	// storeDirs are the directories that hold each node's data: the
+	// backing directories of the lazyfs mounts when power losses run, else
+	// the data directories themselves. Disk faults fill them.
+	storeDirs  []string
+	lazy       []*lazyfs.FS // by NATS node, when power losses run
+	mounted    []string     // tmpfs mounts to undo
 	models     []*proc
 	llms       []*proc
 	envws      []*proc
@@ -448,7 +479,7 @@ func (h *harness) prepareWorkdir() error {
 	return os.MkdirAll(h.logDir, 0o755)
 }
 
-// teardown stops the fleet, undoes the tmpfs mounts and removes the workdir
+// teardown stops the fleet, undoes the lazyfs and tmpfs mounts and removes the workdir
 // of a finished run that is not to be kept. It runs on every return from
 // Run, panics included.
 func (h *harness) teardown() {
@@ -459,6 +490,12 @@ func (h *harness) teardown() {
 		_ = h.harnessLog.Close()
 	}
 	h.stopFleet()
+	// The lazyfs mounts sit on the tmpfs mounts, if both are there.
+	for i, fs := range h.lazy {
+		if err := fs.Unmount(); err != nil {
+			h.rep.Notes = append(h.rep.Notes, fmt.Sprintf("unmount the lazyfs of %s: %v", h.natsDirs[i], err))
+		}
+	}
 	for _, dir := range h.mounted {
 		if err := unmount(dir); err != nil {
 			h.rep.Notes = append(h.rep.Notes, fmt.Sprintf("unmount %s: %v", dir, err))
@@ -611,6 +648,7 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	h.rep.SubmitRetries = h.submitRetries.Load()
 	h.stopFleet() // the report scans the logs of the stopped fleet
+	h.rep.Store = h.storeStats()
 	h.rep.check(out, ev)
 	return nil
 }

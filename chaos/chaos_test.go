@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollfleet/rollfleet/chaos/lazyfs"
 	"github.com/rollfleet/rollfleet/fleet"
 	"github.com/rollfleet/rollfleet/messages"
 )
@@ -20,7 +21,8 @@ import (
 // TestChaos runs the chaos suite against freshly built binaries: by default
 // a short version (200 episodes of the three games, 2 kills per kind of
 // process, one pause, one disk fill where mounting is permitted, 5 forged
-// and 2 re-submitted episodes over 30s); with RF_CHAOS=1 the full one (2000
+// and 2 re-submitted episodes over 30s; power losses have their own test,
+// TestPowerLoss); with RF_CHAOS=1 the full one (2000
 // episodes, 20 kills per kind and the default counts of the other faults
 // over 5 minutes; give go test -timeout 60m). RF_CHAOS_SEED sets the seed.
 // The short version takes about a minute and a half, most of it the wait for
@@ -48,7 +50,7 @@ func TestChaos(t *testing.T) {
 		// its restart.
 		Collectors: 3, CollectorShards: 2,
 		Episodes: 200, KillsPerKind: 2, Duration: 30 * time.Second, Timeout: 8 * time.Minute,
-		Pauses: 1, DiskFills: 1, Forgeries: len(forgeries), Resubmits: 2,
+		Pauses: 1, DiskFills: 1, PowerLosses: -1, Forgeries: len(forgeries), Resubmits: 2,
 		// Shorter than the defaults: a pause of 12–15s outlasts the ack wait.
 		RequestTimeout: 15 * time.Second, AckWait: 8 * time.Second, PauseMin: 12 * time.Second, PauseMax: 15 * time.Second,
 		DiskHold: 6 * time.Second, RecoverWait: 10 * time.Second,
@@ -85,6 +87,50 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// TestPowerLoss runs a short chaos run whose only faults are power losses
+// of the NATS server, on its default sync policy (every write synced before
+// it is acknowledged): nothing may be lost or duplicated. It needs FUSE and
+// is skipped with -short, like TestChaos.
+func TestPowerLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a fleet of processes and cuts its NATS server's power for a minute or two")
+	}
+	if err := lazyfs.Available(); err != nil {
+		t.Skip(err)
+	}
+	bin := t.TempDir()
+	if err := Build(t.Context(), "..", bin); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Bin: bin, Seed: 3, Progress: testWriter{t}, Kinds: []Kind{KindPowerLoss},
+		Episodes: 60, PowerLosses: 3, Duration: 20 * time.Second, Timeout: 5 * time.Minute,
+		RequestTimeout: 10 * time.Second, AckWait: 5 * time.Second,
+	}
+	rep, err := Run(t.Context(), cfg)
+	if rep != nil {
+		t.Logf("\n%s", rep.Table())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Lost) > 0 || len(rep.Duplicated) > 0 || !rep.OK() {
+		t.Errorf("%d lost, %d duplicated after power losses:\n%s", len(rep.Lost), len(rep.Duplicated), rep.Details())
+	}
+	if n := rep.FaultsByKind()[KindPowerLoss]; n != cfg.PowerLosses {
+		t.Errorf("%d power losses, want %d", n, cfg.PowerLosses)
+	}
+	for _, f := range rep.Faults {
+		if f.Err != "" {
+			t.Errorf("power loss at %s: %s", f.At, f.Err)
+		}
+	}
+	// The store ran on lazyfs, and the server synced what it acknowledged.
+	if rep.Store.Fsyncs == 0 || rep.Store.Drops != int64(cfg.PowerLosses) {
+		t.Errorf("lazyfs saw %d fsyncs and %d drops, want some fsyncs and %d drops", rep.Store.Fsyncs, rep.Store.Drops, cfg.PowerLosses)
+	}
+}
+
 // testWriter sends progress lines to the test log.
 type testWriter struct{ t *testing.T }
 
@@ -95,11 +141,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // TestPlan checks that the fault schedule is reproducible from the seed,
 // covers every kind the asked number of times, stays inside the window,
-// only ever picks the first model server and gives pauses and disk fills
-// their lengths.
+// only ever picks the first model server, gives pauses and disk fills
+// their lengths and alternates power losses of one node and of the cluster.
 func TestPlan(t *testing.T) {
 	newHarness := func(seed uint64) *harness {
-		cfg := Config{Seed: seed, KillsPerKind: 7, Pauses: 3, DiskFills: 2, Forgeries: 6, Resubmits: 4,
+		cfg := Config{Seed: seed, KillsPerKind: 7, Pauses: 3, DiskFills: 2, PowerLosses: 4, Forgeries: 6, Resubmits: 4,
 			Duration: time.Minute, AckWait: 10 * time.Second, Cluster: true}
 		cfg.setDefaults()
 		h := &harness{cfg: cfg, rng: newRNG(seed)}
@@ -115,7 +161,7 @@ func TestPlan(t *testing.T) {
 	}
 	af, am := newHarness(5).plan()
 	bf, bm := newHarness(5).plan()
-	want := map[Kind]int{KindPause: 3, KindDisk: 2, KindForge: 6, KindResubmit: 4}
+	want := map[Kind]int{KindPause: 3, KindDisk: 2, KindPowerLoss: 4, KindForge: 6, KindResubmit: 4}
 	for _, k := range ProcessKinds {
 		want[k] = 7
 	}
@@ -123,6 +169,7 @@ func TestPlan(t *testing.T) {
 		t.Fatal("two plans of one seed differ")
 	}
 	count := map[Kind]int{}
+	var wholeCluster int
 	for list, evs := range [][]event{af, am} {
 		for i, ev := range evs {
 			if i > 0 && ev.at < evs[i-1].at {
@@ -144,6 +191,11 @@ func TestPlan(t *testing.T) {
 				if ev.down < 7500*time.Millisecond || ev.down > 15*time.Second || ev.victim >= 3 {
 					t.Fatalf("disk fill %+v: want a hold of 7.5–15s on one of 3 nodes", ev)
 				}
+			case KindPowerLoss:
+				if ev.down < 0 || ev.down > 2*time.Second || ev.victim >= 3 || ev.variant > 1 {
+					t.Fatalf("power loss %+v: want a down time of 0–2s on one of 3 nodes or all", ev)
+				}
+				wholeCluster += ev.variant
 			case KindForge:
 				if ev.variant >= len(forgeries) {
 					t.Fatalf("forgery variant %d", ev.variant)
@@ -165,6 +217,9 @@ func TestPlan(t *testing.T) {
 	}
 	if !maps.Equal(count, want) {
 		t.Errorf("faults by kind %v, want %v", count, want)
+	}
+	if wholeCluster != 2 {
+		t.Errorf("%d of 4 power losses take the whole cluster, want every second one", wholeCluster)
 	}
 	if cf, _ := newHarness(6).plan(); cf[0] == af[0] && cf[1] == af[1] {
 		t.Error("two seeds gave the same schedule")

@@ -36,28 +36,34 @@ type disk struct {
 
 func (d *disk) full() bool { return !d.filled.IsZero() }
 
-// prepareDisks mounts a tmpfs on every NATS data directory when disk faults
-// are asked for. Where mounting is not permitted, the kind is dropped with a
-// note saying why.
+// prepareDisks mounts a tmpfs on the directory that holds every NATS
+// server's data when disk faults are asked for. Where mounting is not
+// permitted, the kind is dropped with a note saying why.
 func (h *harness) prepareDisks() {
 	if h.cfg.count(KindDisk) == 0 {
 		return
 	}
-	for i, dir := range h.natsDirs {
+	for i, dir := range h.storeDirs {
 		if err := mountTmpfs(dir, h.cfg.DiskSize); err != nil {
-			h.note("disk faults skipped: %v", err)
 			for _, m := range h.mounted {
 				_ = unmount(m)
 			}
 			h.mounted, h.disks = nil, nil
-			h.cfg.Kinds = slices.DeleteFunc(h.cfg.Kinds, func(k Kind) bool { return k == KindDisk })
-			h.rep.Kinds = h.cfg.Kinds
+			h.skipKind(KindDisk, "disk faults skipped: %v", err)
 			return
 		}
 		h.mounted = append(h.mounted, dir)
 		h.disks = append(h.disks, &disk{dir: dir, filler: filepath.Join(dir, "chaos-filler"), node: i})
 	}
 	h.progress("NATS data on tmpfs of %s each, for disk faults", byteSize(h.cfg.DiskSize))
+}
+
+// skipKind drops a kind of fault the machine cannot inject, with a note
+// saying why.
+func (h *harness) skipKind(kind Kind, format string, args ...any) {
+	h.note(format, args...)
+	h.cfg.Kinds = slices.DeleteFunc(h.cfg.Kinds, func(k Kind) bool { return k == kind })
+	h.rep.Kinds = h.cfg.Kinds
 }
 
 // fill writes a file on a NATS server's data disk until the file system is

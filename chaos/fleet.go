@@ -129,7 +129,8 @@ func (h *harness) startFleet(ctx context.Context) error {
 }
 
 // startNATS starts one NATS server, or three joined in a cluster, each on
-// its own data directory, which is a tmpfs when disk faults are to run.
+// its own data directory, which is a lazyfs mount when power losses are to
+// run, over a tmpfs when disk faults are to run.
 func (h *harness) startNATS(ctx context.Context) error {
 	n := 1
 	if h.cfg.Cluster {
@@ -145,9 +146,17 @@ func (h *harness) startNATS(ctx context.Context) error {
 		}
 		h.natsDirs = append(h.natsDirs, dir)
 	}
+	if err := h.prepareStores(); err != nil {
+		return err
+	}
 	h.prepareDisks()
+	h.mountLazyFS()
+	var syncFlags []string
+	if h.cfg.Sync != "" {
+		syncFlags = []string{"--sync", h.cfg.Sync}
+	}
 	if !h.cfg.Cluster {
-		p := h.newProc(KindNATS, "nats", "rollout", "server", "--listen", "127.0.0.1:0", "--data-dir", h.natsDirs[0])
+		p := h.newProc(KindNATS, "nats", "rollout", append([]string{"server", "--listen", "127.0.0.1:0", "--data-dir", h.natsDirs[0]}, syncFlags...)...)
 		p.ready = natsReadyCheck
 		u, err := h.startPinned(ctx, p, natsListening)
 		if err != nil {
@@ -172,9 +181,10 @@ func (h *harness) startNATS(ctx context.Context) error {
 	}
 	for i := range n {
 		name := fmt.Sprintf("nats-%d", i+1)
-		p := h.newProc(KindNATS, name, "rollout", "server", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
+		args := []string{"server", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
 			"--data-dir", h.natsDirs[i], "--server-name", name, "--cluster", fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
-			"--routes", strings.Join(routes, ","))
+			"--routes", strings.Join(routes, ",")}
+		p := h.newProc(KindNATS, name, "rollout", append(args, syncFlags...)...)
 		p.ready = natsReadyCheck
 		h.natsNodes = append(h.natsNodes, p)
 		h.natsURLs = append(h.natsURLs, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
@@ -339,7 +349,7 @@ type event struct {
 	kind    Kind
 	victim  int           // index among the kind's targets
 	down    time.Duration // pause before a restart; a pause's or a full disk's length
-	variant int           // forgery variant; resubmission: 0 in flight, 1 finished
+	variant int           // forgery variant; resubmission: 0 in flight, 1 finished; power loss: 1 all nodes
 	pick    uint64        // draws the episode a message fault targets
 }
 
@@ -354,9 +364,15 @@ func (h *harness) plan() (fleet, msgs []event) {
 		for i := range h.cfg.count(k) {
 			ev := event{kind: k, variant: i}
 			lo, hi := 0.02, 1.0
-			if k == KindForge || k == KindResubmit {
+			switch k {
+			case KindForge, KindResubmit:
 				lo, hi = 0.1, 0.9
 				ev.variant = i % map[Kind]int{KindForge: len(forgeries), KindResubmit: 2}[k]
+			case KindPowerLoss:
+				ev.variant = 0 // one node
+				if len(h.natsNodes) > 1 {
+					ev.variant = i % 2 // every second one: all nodes at once
+				}
 			}
 			ev.at = time.Duration((lo + (hi-lo)*h.rng.Float64()) * float64(h.cfg.Duration))
 			if n := h.targets(k); n > 0 {
@@ -390,7 +406,7 @@ func (h *harness) targets(k Kind) int {
 	switch k {
 	case KindPause:
 		return len(h.pausable())
-	case KindDisk:
+	case KindDisk, KindPowerLoss:
 		return len(h.natsNodes)
 	case KindForge, KindResubmit:
 		return 0
@@ -486,11 +502,16 @@ func (h *harness) execute(ctx context.Context, ev event) {
 		p = h.pausable()[ev.victim]
 	case KindDisk:
 		p = h.natsNodes[ev.victim]
+	case KindPowerLoss:
+		p = h.powerVictims(ev)[0]
 	default:
 		p = h.ofKind(ev.kind)[ev.victim]
 	}
 	busy := p.restarting || p.cmd != nil && p.exited() ||
 		ev.kind == KindPause && p.paused || ev.kind == KindDisk && h.disks[ev.victim].busy
+	if ev.kind == KindPowerLoss {
+		busy = slices.ContainsFunc(h.powerVictims(ev), func(p *proc) bool { return p.restarting || p.cmd != nil && p.exited() })
+	}
 	if busy {
 		h.schedule(time.Now().Add(time.Second), func(ctx context.Context) { h.execute(ctx, ev) })
 		return
@@ -500,6 +521,8 @@ func (h *harness) execute(ctx context.Context, ev event) {
 		h.pause(p, ev)
 	case KindDisk:
 		h.fill(ev)
+	case KindPowerLoss:
+		h.powerLoss(ev)
 	default:
 		h.kill(p, ev)
 	}
@@ -508,9 +531,7 @@ func (h *harness) execute(ctx context.Context, ev event) {
 // kill kills one victim with SIGKILL and starts it again after the down
 // time.
 func (h *harness) kill(p *proc, ev event) {
-	if i := slices.Index(h.natsNodes, p); i >= 0 && h.disks != nil && h.disks[i].full() {
-		h.free(i, false) // a server does not start on a full disk: free it first
-	}
+	h.freeBeforeRestart(p)
 	f := Fault{At: time.Since(h.t0), Kind: ev.kind, Name: p.name, PID: p.pid(), Down: ev.down}
 	if p.paused {
 		f.Detail = "it was paused"
@@ -526,6 +547,14 @@ func (h *harness) kill(p *proc, ev event) {
 		h.addFault(f)
 		h.progress("%s", msg)
 	})
+}
+
+// freeBeforeRestart frees the data disk of a NATS server that is to be
+// restarted if it is full: a server does not start on a full disk.
+func (h *harness) freeBeforeRestart(p *proc) {
+	if i := slices.Index(h.natsNodes, p); i >= 0 && h.disks != nil && h.disks[i].full() {
+		h.free(i, false)
+	}
 }
 
 // pause stops a worker or collector with SIGSTOP and schedules the SIGCONT.
@@ -610,9 +639,7 @@ func (h *harness) supervise() {
 		}
 		x := Exit{At: time.Since(h.t0), Kind: p.kind, Name: p.name, Err: fmt.Sprint(p.exitErr), LogTail: p.tail(1500)}
 		h.progress("%s exited on its own (%v); restarting it", p.name, p.exitErr)
-		if i := slices.Index(h.natsNodes, p); i >= 0 && h.disks != nil && h.disks[i].full() {
-			h.free(i, false) // a server does not start on a full disk
-		}
+		h.freeBeforeRestart(p)
 		h.relaunch(p, 0, func(_ time.Duration, err error) {
 			if err != nil {
 				x.RestartErr = err.Error()

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rollfleet/rollfleet/chaos/lazyfs"
 )
 
 // Fault is one fault the harness injected and what became of it.
@@ -30,8 +32,11 @@ type Fault struct {
 	Disabled    bool
 	Recovered   time.Duration
 	Unrecovered bool
-	Detail      string
-	Err         string // the fault could not be carried out as planned
+	// Dropped is how many bytes a power loss dropped: the data its NATS
+	// servers had written but not fsynced.
+	Dropped int64
+	Detail  string
+	Err     string // the fault could not be carried out as planned
 }
 
 // describe names a fault in a few words.
@@ -41,6 +46,8 @@ func (f *Fault) describe() string {
 		return fmt.Sprintf("%s paused for %s", f.Name, f.Down.Round(time.Second))
 	case KindDisk:
 		return f.Name + " disk filled"
+	case KindPowerLoss:
+		return f.Name + " lost power"
 	case KindForge:
 		return "forged steps of " + f.Name
 	case KindResubmit:
@@ -73,6 +80,11 @@ type Report struct {
 	Cluster  bool
 	AckWait  time.Duration
 	DiskSize int64
+	// Sync is the NATS servers' --sync policy ("" for their default).
+	Sync string
+	// Store counts what the lazyfs mounts under the NATS servers did when
+	// power losses ran: fsyncs, bytes synced and dropped.
+	Store lazyfs.Stats
 	// Workdir holds the logs and the NATS data; Kept reports whether it is
 	// left in place.
 	Workdir string
@@ -171,7 +183,7 @@ type Report struct {
 func newReport(cfg Config) *Report {
 	return &Report{
 		Seed: cfg.Seed, Envs: cfg.Envs, Kinds: cfg.Kinds, Duration: cfg.Duration, Collectors: cfg.Collectors, Shards: cfg.CollectorShards,
-		Cluster: cfg.Cluster, AckWait: cfg.AckWait, DiskSize: cfg.DiskSize,
+		Cluster: cfg.Cluster, AckWait: cfg.AckWait, DiskSize: cfg.DiskSize, Sync: cfg.Sync,
 		FailureReasons: map[string]int{}, Retries: map[string]int{}, LogProblems: map[string]int{},
 		Forged: map[string]string{}, Resubmitted: map[string]string{},
 	}
@@ -281,6 +293,7 @@ func (r *Report) Table() string {
 	}
 	r.pauseRow(row)
 	r.diskRow(row)
+	r.powerLossRow(row)
 	r.messageRows(row)
 	exits := map[Kind]int{}
 	for _, x := range r.Exits {
@@ -391,6 +404,31 @@ func (r *Report) diskRow(row func(name, format string, args ...any)) {
 	}
 	row("disk fills", "%d (data dirs on %s tmpfs): storing again by itself %d, restarted by the harness %d, "+
 		"freed early for a restart %d; JetStream disabled itself %d times", n, byteSize(r.DiskSize), recovered, restarted, early, disabled)
+}
+
+// powerLossRow renders the power losses and what they dropped.
+func (r *Report) powerLossRow(row func(name, format string, args ...any)) {
+	if !slices.Contains(r.Kinds, KindPowerLoss) {
+		return
+	}
+	var n, all int
+	var dropped int64
+	for _, f := range r.Faults {
+		if f.Kind != KindPowerLoss {
+			continue
+		}
+		n++
+		if strings.Contains(f.Name, "+") {
+			all++
+		}
+		dropped += f.Dropped
+	}
+	sync := r.Sync
+	if sync == "" {
+		sync = "server default (always)"
+	}
+	row("power losses", "%d (%d of one node, %d of all nodes): %d unsynced bytes dropped; NATS --sync %s, %d fsyncs, %d bytes synced",
+		n, n-all, all, dropped, sync, r.Store.Fsyncs, r.Store.BytesSynced)
 }
 
 // messageRows renders the forged and re-submitted messages and what became

@@ -2,8 +2,9 @@
 // (two collectors, a NATS server or a three-node cluster) works through game
 // episodes while processes of every kind are killed with SIGKILL and
 // restarted, workers and collectors are paused for longer than the ack wait,
-// a NATS data disk fills and frees, step messages are forged and episodes
-// submitted twice; then every outcome is read back with the harness's own
+// a NATS data disk fills and frees, NATS servers lose power (with what
+// they had not fsynced), step messages are forged and episodes submitted
+// twice; then every outcome is read back with the harness's own
 // consumer and decoder and checked. It prints a table of faults, resumes,
 // retries, failures, lost, duplicated and invalid episodes and exits
 // non-zero when the fleet broke the promise. See package chaos and
@@ -33,7 +34,7 @@ type cli struct {
 	Seed            uint64        `default:"1" help:"Seed of the fault schedule, the victims, the down times and the episodes."`
 	Duration        time.Duration `default:"5m" help:"Chaos window: submissions are spread over it and the faults fall at random moments inside it."`
 	Timeout         time.Duration `default:"20m" help:"Longest wait for outcomes and for the fleet to settle after the window."`
-	Kinds           []string      `sep:"," help:"Inject only these kinds of fault: envworker,llmworker,collector,model,nats (SIGKILLs), pause, disk, forge, resubmit (default all)."`
+	Kinds           []string      `sep:"," help:"Inject only these kinds of fault: envworker,llmworker,collector,model,nats (SIGKILLs), pause, disk, power-loss, forge, resubmit (default all)."`
 	KillsPerKind    int           `default:"20" help:"SIGKILLs per kind of process (env worker, LLM worker, collector, model server, NATS server or cluster node)."`
 	Pauses          int           `default:"10" help:"SIGSTOP/SIGCONT pauses of env workers, LLM workers and collectors."`
 	PauseMin        time.Duration `help:"Shortest pause (default 1.5 times --ack-wait)."`
@@ -42,6 +43,8 @@ type cli struct {
 	DiskSizeMiB     int64         `name:"disk-size-mib" default:"3584" help:"Size of each NATS data tmpfs in MiB (JetStream must fit the streams' size limits, 2,304 MiB by default, into 75% of its free space)."`
 	DiskHold        time.Duration `default:"15s" help:"Longest time a disk stays full (each hold is drawn from half of it to all of it)."`
 	RecoverWait     time.Duration `default:"30s" help:"Time a NATS server gets after its disk is freed to serve JetStream again by itself before the harness restarts it."`
+	PowerLosses     int           `default:"4" help:"Power losses of NATS servers (data dirs on lazyfs; needs FUSE): SIGKILL, drop what was not fsynced, restart; with --cluster every second one takes all nodes."`
+	Sync            string        `placeholder:"always|DURATION" help:"NATS servers' JetStream sync policy, passed as rollout server --sync (default: the server's, always); an interval such as 2m shows what a power loss takes."`
 	Forgeries       int           `default:"20" help:"Forged step events, each on its own live episode, cycling through the variants."`
 	Resubmits       int           `default:"20" help:"Episodes submitted a second time without a message id, alternately in flight and finished."`
 	Cluster         bool          `help:"Run a 3-node NATS cluster (streams of 3 replicas) instead of one server; nats kills hit its nodes."`
@@ -78,7 +81,7 @@ func (c *cli) run() int {
 	defer stop()
 	cfg := chaos.Config{
 		Bin: c.Bin, Workdir: c.Workdir, Keep: c.Keep, Episodes: c.Episodes, Envs: c.Env,
-		KillsPerKind: none(c.KillsPerKind), Pauses: none(c.Pauses), DiskFills: none(c.DiskFills),
+		KillsPerKind: none(c.KillsPerKind), Pauses: none(c.Pauses), DiskFills: none(c.DiskFills), PowerLosses: none(c.PowerLosses), Sync: c.Sync,
 		Forgeries: none(c.Forgeries), Resubmits: none(c.Resubmits),
 		PauseMin: c.PauseMin, PauseMax: c.PauseMax, DiskSize: c.DiskSizeMiB << 20, DiskHold: c.DiskHold, RecoverWait: c.RecoverWait,
 		Seed: c.Seed, Duration: c.Duration, Timeout: c.Timeout, Cluster: c.Cluster,
