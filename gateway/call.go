@@ -271,7 +271,6 @@ func (c *call) setHeaders(w http.ResponseWriter) {
 	h.Set(HeaderDrift, strconv.FormatBool(c.record.drift != ""))
 }
 
-// tokenString is a token as logprobs show it.
 // altTexts detokenizes the most likely tokens of every position in one request.
 func (g *Gateway) altTexts(ctx context.Context, key string, tops []messages.TopLogprobs) ([][]string, error) {
 	var ids []int32
@@ -308,6 +307,7 @@ func (c *call) topCount(i int) int {
 	return min(len(c.reply.TopLogprobs[i].IDs), int(c.topN))
 }
 
+// tokenString is a token as logprobs show it.
 func (c *call) tokenString(i int, asIDs bool) string {
 	if asIDs {
 		return tokenIDPrefix + strconv.FormatInt(int64(c.reply.Tokens[i]), 10)
