@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -79,12 +80,53 @@ func (e *endpoint) noteCompletion(d time.Duration, tokens int) {
 	e.modelTokens.Add(int64(tokens))
 }
 
-// router picks endpoints: sticky per episode through rendezvous hashing (every
+// Routing policies: how the LLM worker spreads requests over its model
+// servers (Options.Routing).
+const (
+	// RoutingSticky sends each episode to its own server, chosen by
+	// rendezvous hashing of the episode id (every LLM worker computes the
+	// same), so that its turns find their conversation in that server's
+	// prefix cache; when that server is full or down, a request goes to the
+	// least-loaded healthy server instead.
+	RoutingSticky = "sticky"
+	// RoutingStickyWait is RoutingSticky, except that a request whose
+	// server is full waits up to Options.RoutingWait for one of its slots
+	// before going elsewhere: a short wait can cost less than computing the
+	// whole conversation again on another server.
+	RoutingStickyWait = "sticky-wait"
+	// RoutingLeastLoaded sends each request to the healthy server with the
+	// fewest of this worker's requests in flight, wherever its episode went
+	// before.
+	RoutingLeastLoaded = "least-loaded"
+	// RoutingRoundRobin sends requests to the healthy servers in turn,
+	// waiting for the chosen server's slot.
+	RoutingRoundRobin = "round-robin"
+)
+
+// DefaultRoutingWait is Options.RoutingWait's default.
+const DefaultRoutingWait = time.Second
+
+// RoutingPolicies lists the routing policies, the default first.
+var RoutingPolicies = []string{RoutingSticky, RoutingStickyWait, RoutingLeastLoaded, RoutingRoundRobin}
+
+// ErrUnknownRouting is returned by New for an Options.Routing that is none
+// of RoutingPolicies.
+var ErrUnknownRouting = errors.New("llm: unknown routing policy")
+
+// router picks endpoints by its routing policy. Sticky routing keeps an
+// episode on the endpoint its key ranks highest by rendezvous hashing (every
 // LLM worker computes the same preference, so an episode keeps hitting the
 // same server's prefix cache), falling back to the least-loaded healthy
-// endpoint when the preferred one is full or down.
+// endpoint when the preferred one is full (after waiting up to wait, for
+// sticky-wait) or down.
 type router struct {
 	eps []*endpoint
+	// policy is one of RoutingPolicies; empty is RoutingSticky.
+	policy string
+	// wait bounds RoutingStickyWait's wait for the sticky endpoint's slot.
+	wait time.Duration
+	// next is RoutingRoundRobin's turn.
+	next atomic.Uint64
 }
 
 // score is the rendezvous weight of an endpoint for a key.
@@ -97,30 +139,90 @@ func score(key, url string) uint64 {
 }
 
 // pick returns an endpoint with a slot already acquired, skipping those in
-// tried. It prefers, in order: the episode's sticky endpoint if healthy and
-// not full; any healthy endpoint with a free slot (least loaded first); the
+// tried, by the router's policy; errNoEndpoint when every endpoint was
+// tried. Sticky routing prefers, in order: the episode's sticky endpoint if
+// healthy and not full (or, for sticky-wait, once a slot frees within the
+// wait); any healthy endpoint with a free slot (least loaded first); the
 // least-loaded healthy endpoint (waiting for a slot); and, when every
 // untried endpoint is marked down, the least-loaded of those, because a
 // health mark can be stale and failing without trying is worse.
 func (r *router) pick(ctx context.Context, key string, tried map[*endpoint]bool) (*endpoint, error) {
+	switch r.policy {
+	case RoutingLeastLoaded:
+		return r.pickLeastLoaded(ctx, tried)
+	case RoutingRoundRobin:
+		return r.pickRoundRobin(ctx, tried)
+	}
 	sticky := r.sticky(key, tried)
 	if sticky == nil {
 		return nil, errNoEndpoint
 	}
-	if sticky.healthy.Load() && sticky.slots.tryAcquire() {
-		return sticky, nil
+	if sticky.healthy.Load() {
+		if sticky.slots.tryAcquire() {
+			return sticky, nil
+		}
+		if r.policy == RoutingStickyWait && r.wait > 0 {
+			wctx, cancel := context.WithTimeout(ctx, r.wait)
+			err := sticky.slots.acquire(wctx)
+			cancel()
+			if err == nil {
+				return sticky, nil
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
 	}
+	return r.pickLeastLoaded(ctx, tried)
+}
+
+// pickLeastLoaded takes a slot of the least-loaded healthy untried
+// endpoint, or of the least-loaded untried one when all are down, waiting
+// for it if it is full.
+func (r *router) pickLeastLoaded(ctx context.Context, tried map[*endpoint]bool) (*endpoint, error) {
 	least := r.leastLoaded(tried, true)
 	if least == nil {
 		least = r.leastLoaded(tried, false)
 	}
-	if least.slots.tryAcquire() {
-		return least, nil
+	if least == nil {
+		return nil, errNoEndpoint
 	}
-	if err := least.slots.acquire(ctx); err != nil {
-		return nil, err
+	return takeSlot(ctx, least)
+}
+
+// pickRoundRobin takes a slot of the next healthy untried endpoint in turn,
+// or of the next untried one when all are down, waiting for it if it is
+// full.
+func (r *router) pickRoundRobin(ctx context.Context, tried map[*endpoint]bool) (*endpoint, error) {
+	n := len(r.eps)
+	start := int(r.next.Add(1) % uint64(max(n, 1)))
+	var fallback *endpoint
+	for i := range n {
+		e := r.eps[(start+i)%n]
+		if tried[e] {
+			continue
+		}
+		if e.healthy.Load() {
+			return takeSlot(ctx, e)
+		}
+		if fallback == nil {
+			fallback = e
+		}
 	}
-	return least, nil
+	if fallback == nil {
+		return nil, errNoEndpoint
+	}
+	return takeSlot(ctx, fallback)
+}
+
+// takeSlot takes one of e's slots, waiting for it if need be, and returns e.
+func takeSlot(ctx context.Context, e *endpoint) (*endpoint, error) {
+	if !e.slots.tryAcquire() {
+		if err := e.slots.acquire(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
 }
 
 // preferred is the episode's sticky endpoint.

@@ -51,30 +51,48 @@ func fill(e *endpoint, n int) {
 func TestPick(t *testing.T) {
 	const key = "episode-1"
 	// Each case arranges the endpoints, ranked best first for key, and
-	// names the rank pick must return.
+	// names the rank pick must return under the policy (sticky when empty).
+	// Sticky-wait's wait is a nanosecond: it gives up on a full endpoint.
 	for _, tc := range []struct {
 		name    string
+		policy  string
 		arrange func(ranked []*endpoint)
 		tried   []int
 		want    int // rank; -1 for errNoEndpoint
 	}{
-		{"sticky", func([]*endpoint) {}, nil, 0},
-		{"sticky with room", func(e []*endpoint) { fill(e[0], 1) }, nil, 0},
-		{"sticky full: least loaded", func(e []*endpoint) { fill(e[0], 2); fill(e[1], 1) }, nil, 2},
-		{"sticky down: least loaded", func(e []*endpoint) { e[0].healthy.Store(false); fill(e[2], 1) }, nil, 1},
-		{"down endpoints skipped", func(e []*endpoint) { fill(e[0], 2); e[2].healthy.Store(false); fill(e[1], 1) }, nil, 1},
-		{"all down: least loaded", func(e []*endpoint) {
+		{"sticky", "", func([]*endpoint) {}, nil, 0},
+		{"sticky with room", "", func(e []*endpoint) { fill(e[0], 1) }, nil, 0},
+		{"sticky full: least loaded", "", func(e []*endpoint) { fill(e[0], 2); fill(e[1], 1) }, nil, 2},
+		{"sticky down: least loaded", "", func(e []*endpoint) { e[0].healthy.Store(false); fill(e[2], 1) }, nil, 1},
+		{"down endpoints skipped", "", func(e []*endpoint) { fill(e[0], 2); e[2].healthy.Store(false); fill(e[1], 1) }, nil, 1},
+		{"all down: least loaded", "", func(e []*endpoint) {
 			for _, x := range e {
 				x.healthy.Store(false)
 			}
 			fill(e[0], 1)
 			fill(e[2], 1)
 		}, nil, 1},
-		{"tried skipped: next in rank", func([]*endpoint) {}, []int{0}, 1},
-		{"all tried", func([]*endpoint) {}, []int{0, 1, 2}, -1},
+		{"tried skipped: next in rank", "", func([]*endpoint) {}, []int{0}, 1},
+		{"all tried", "", func([]*endpoint) {}, []int{0, 1, 2}, -1},
+		{"sticky-wait with room", RoutingStickyWait, func(e []*endpoint) { fill(e[0], 1); fill(e[1], 1) }, nil, 0},
+		{"sticky-wait full past the wait: least loaded", RoutingStickyWait, func(e []*endpoint) { fill(e[0], 2); fill(e[2], 1) }, nil, 1},
+		{"sticky-wait down: least loaded", RoutingStickyWait, func(e []*endpoint) { e[0].healthy.Store(false); fill(e[1], 1) }, nil, 2},
+		{"sticky-wait tried skipped", RoutingStickyWait, func([]*endpoint) {}, []int{0}, 1},
+		{"least-loaded ignores the sticky endpoint", RoutingLeastLoaded, func(e []*endpoint) { fill(e[0], 1); fill(e[1], 1) }, nil, 2},
+		{"least-loaded skips down", RoutingLeastLoaded, func(e []*endpoint) { fill(e[0], 1); e[1].healthy.Store(false) }, nil, 2},
+		{"least-loaded all down", RoutingLeastLoaded, func(e []*endpoint) {
+			for _, x := range e {
+				x.healthy.Store(false)
+			}
+			fill(e[0], 1)
+			fill(e[1], 1)
+		}, nil, 2},
+		{"least-loaded all tried", RoutingLeastLoaded, func([]*endpoint) {}, []int{0, 1, 2}, -1},
+		{"round-robin all tried", RoutingRoundRobin, func([]*endpoint) {}, []int{0, 1, 2}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := testRouter(3, 2)
+			r.policy, r.wait = tc.policy, time.Nanosecond
 			ranked := r.ranked(key)
 			tc.arrange(ranked)
 			tried := map[*endpoint]bool{}
@@ -108,6 +126,115 @@ func TestPick(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPickRoundRobin checks that round-robin routing takes the endpoints in
+// turn whatever the episode, skipping tried and down ones, and all down
+// ones alike when none is up.
+func TestPickRoundRobin(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		down  []int
+		tried []int
+		want  []int // the endpoints (in r.eps order) of successive picks
+	}{
+		{"in turn", nil, nil, []int{1, 2, 0, 1, 2, 0}},
+		{"down skipped", []int{2}, nil, []int{1, 0, 0, 1}},
+		{"all down: in turn", []int{0, 1, 2}, nil, []int{1, 2, 0, 1}},
+		{"tried skipped", nil, []int{1}, []int{2, 2, 0, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testRouter(3, len(tc.want))
+			r.policy = RoutingRoundRobin
+			for _, i := range tc.down {
+				r.eps[i].healthy.Store(false)
+			}
+			tried := map[*endpoint]bool{}
+			for _, i := range tc.tried {
+				tried[r.eps[i]] = true
+			}
+			for n, want := range tc.want {
+				got, err := r.pick(context.Background(), fmt.Sprintf("episode-%d", n%2), tried)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != r.eps[want] {
+					t.Fatalf("pick %d: %s, want %s", n, got.url, r.eps[want].url)
+				}
+			}
+		})
+	}
+}
+
+// TestPickWaits checks which full endpoint each policy waits for while
+// another has room or is as full: sticky-wait its episode's (within its
+// wait), round-robin the one whose turn it is, least-loaded the least
+// loaded. The pick must take that endpoint's slot once it is released.
+func TestPickWaits(t *testing.T) {
+	const key = "episode-1"
+	for _, tc := range []struct {
+		policy string
+		// fill fills endpoints and returns the one pick must wait for.
+		fill func(r *router, ranked []*endpoint) *endpoint
+	}{
+		{RoutingStickyWait, func(_ *router, e []*endpoint) *endpoint { fill(e[0], 1); return e[0] }},
+		{RoutingRoundRobin, func(r *router, _ []*endpoint) *endpoint { fill(r.eps[1], 1); return r.eps[1] }},
+		{RoutingLeastLoaded, func(r *router, _ []*endpoint) *endpoint {
+			for _, e := range r.eps {
+				fill(e, 1)
+			}
+			return r.eps[0]
+		}},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			r := testRouter(3, 1)
+			r.policy, r.wait = tc.policy, time.Hour
+			want := tc.fill(r, r.ranked(key))
+			picked := make(chan *endpoint, 1)
+			go func() {
+				e, err := r.pick(context.Background(), key, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				picked <- e
+			}()
+			for deadline := time.Now().Add(waitTimeout); want.slots.waiting() == 0; {
+				if time.Now().After(deadline) {
+					t.Fatalf("pick did not wait for %s", want.url)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			want.slots.release()
+			if e := <-picked; e != want {
+				t.Errorf("picked %v, want %s once its slot is free", e, want.url)
+			}
+		})
+	}
+}
+
+// TestNewRouting checks that the worker takes every routing policy, sticky
+// by default, and refuses another with ErrUnknownRouting.
+func TestNewRouting(t *testing.T) {
+	for _, tc := range []struct {
+		routing, want string
+		err           error
+	}{
+		{"", RoutingSticky, nil},
+		{RoutingSticky, RoutingSticky, nil},
+		{RoutingStickyWait, RoutingStickyWait, nil},
+		{RoutingLeastLoaded, RoutingLeastLoaded, nil},
+		{RoutingRoundRobin, RoutingRoundRobin, nil},
+		{"random", "", ErrUnknownRouting},
+	} {
+		w, err := New(nil, Options{Endpoints: []string{"http://model:8000"}, Routing: tc.routing})
+		if !errors.Is(err, tc.err) {
+			t.Errorf("routing %q: New error %v, want %v", tc.routing, err, tc.err)
+			continue
+		}
+		if err == nil && (w.router.policy != tc.want || w.router.wait != DefaultRoutingWait) {
+			t.Errorf("routing %q: router %q waiting %v, want %q waiting %v", tc.routing, w.router.policy, w.router.wait, tc.want, DefaultRoutingWait)
+		}
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +63,14 @@ type Options struct {
 	// LoadInterval is how often an adaptive bound reads its server's
 	// /metrics (default 500ms).
 	LoadInterval time.Duration
+	// Routing is how requests are spread over the endpoints, one of
+	// RoutingPolicies (default RoutingSticky: each episode on its own
+	// server, for its prefix cache, spilling to the least loaded when that
+	// one is full); New fails with ErrUnknownRouting for another.
+	Routing string
+	// RoutingWait is how long RoutingStickyWait lets a request wait for a
+	// slot of its episode's server before it goes to another (default 1s).
+	RoutingWait time.Duration
 	// Subjects names the subjects (default prefix "rf").
 	Subjects messages.Subjects
 	// Queue is the queue group (default "llm").
@@ -92,6 +102,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.LoadInterval <= 0 {
 		o.LoadInterval = 500 * time.Millisecond
+	}
+	if o.Routing == "" {
+		o.Routing = RoutingSticky
+	}
+	if o.RoutingWait <= 0 {
+		o.RoutingWait = DefaultRoutingWait
 	}
 	if o.Subjects.Prefix == "" {
 		o.Subjects = messages.NewSubjects("")
@@ -150,7 +166,11 @@ func New(nc *nats.Conn, opts Options) (*Worker, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, errors.New("llm: at least one model endpoint is required")
 	}
+	if !slices.Contains(RoutingPolicies, opts.Routing) {
+		return nil, fmt.Errorf("%w %q (one of %s)", ErrUnknownRouting, opts.Routing, strings.Join(RoutingPolicies, ", "))
+	}
 	w := &Worker{nc: nc, opts: opts, log: opts.Logger.With("actor", "llm"), ready: make(chan struct{})}
+	w.router.policy, w.router.wait = opts.Routing, opts.RoutingWait
 	for _, u := range opts.Endpoints {
 		c, err := vllm.New(u, vllm.Options{Model: opts.Model, Observer: opts.observer(u)})
 		if err != nil {
@@ -399,7 +419,7 @@ func (w *Worker) announceReady(ctx context.Context) {
 		cancel()
 		if err == nil {
 			w.readyOnce.Do(func() { close(w.ready) })
-			w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight, "adaptive", w.opts.MaxInFlight == 0)
+			w.log.Info("llm worker ready", "endpoints", len(w.router.eps), "max_in_flight", w.opts.MaxInFlight, "adaptive", w.opts.MaxInFlight == 0, "routing", w.opts.Routing)
 			return
 		}
 		select {

@@ -22,6 +22,8 @@ type cli struct {
 	VLLM        []string         `required:"" sep:"," help:"Model server base URL(s), comma-separated (vLLM or 'rollout toyllm')."`
 	Model       string           `help:"Served model name (default: each server's first)."`
 	MaxInFlight cmdutil.InFlight `default:"auto" help:"Most concurrent requests per model server: auto adapts it to each server's load from its /metrics (requests running and waiting, KV-cache usage) and its latency, starting at 64; a number fixes it."`
+	Routing     string           `default:"sticky" enum:"sticky,sticky-wait,least-loaded,round-robin" help:"How requests are spread over the model servers: sticky (each episode on its own server, for its prefix cache, or the least-loaded one when that is full), sticky-wait (sticky, but wait up to --routing-wait for a slot of the episode's server before going elsewhere), least-loaded or round-robin."`
+	RoutingWait time.Duration    `default:"1s" help:"With sticky-wait routing: how long a request waits for a slot of its episode's server before going to another."`
 	Queue       string           `default:"llm" help:"Queue group."`
 
 	Gateway          string        `placeholder:"ADDR" group:"Gateway" help:"Also serve the OpenAI-compatible gateway on this address (host:port)."`
@@ -39,7 +41,7 @@ func main() {
 	kong.Parse(&c, kong.Description("rollfleet LLM worker"))
 	cmdutil.Main("llmworker", c.Fleet, func(p cmdutil.Process) error {
 		w, err := llm.New(p.NC, llm.Options{
-			Endpoints: c.VLLM, Model: c.Model, MaxInFlight: int(c.MaxInFlight), Subjects: p.Subjects, Queue: c.Queue, Logger: p.Log, Metrics: p.Metrics.LLM(),
+			Endpoints: c.VLLM, Model: c.Model, MaxInFlight: int(c.MaxInFlight), Routing: c.Routing, RoutingWait: c.RoutingWait, Subjects: p.Subjects, Queue: c.Queue, Logger: p.Log, Metrics: p.Metrics.LLM(),
 			Tracer: p.Tracing.Tracer("rollfleet/llmworker"),
 		})
 		if err != nil {
