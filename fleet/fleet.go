@@ -85,6 +85,11 @@ type Options struct {
 	// endpoint; 0 (the default) adapts each bound to its server's load
 	// (llm.Options.MaxInFlight).
 	LLMMaxInFlight int
+	// LLMRouting and LLMRoutingWait are the LLM worker's routing policy
+	// over the model servers and its wait bound (llm.Options.Routing and
+	// RoutingWait; empty and 0 take their defaults).
+	LLMRouting     string
+	LLMRoutingWait time.Duration
 	// NATS is an external server URL list; empty runs an embedded server.
 	NATS string
 	// NATSAuth adds credentials and TLS to the connections to NATS.
@@ -435,7 +440,7 @@ func startActors(ctx context.Context, stack *cleanup, opts Options, run string, 
 		}
 		conns[name] = nc
 	}
-	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Logger: opts.Logger, Metrics: opts.Metrics.LLM(), Tracer: opts.Tracer})
+	lw, err := llm.New(conns["llmworker"], llm.Options{Endpoints: endpoints, Model: opts.Model, MaxInFlight: opts.LLMMaxInFlight, Routing: opts.LLMRouting, RoutingWait: opts.LLMRoutingWait, Logger: opts.Logger, Metrics: opts.Metrics.LLM(), Tracer: opts.Tracer})
 	if err != nil {
 		return nil, err
 	}

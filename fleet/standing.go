@@ -24,8 +24,8 @@ type Standing struct {
 
 // StartStanding starts a standing fleet as Run starts its own, with the
 // options Run takes for its server and actors (NATS, NATSAuth, DataDir,
-// VLLM, Model, LLMMaxInFlight, Concurrency, MaxDeliver, Remote, ToyLLM,
-// Filter, Streams, Logger); the options that describe episodes are
+// VLLM, Model, LLMMaxInFlight, LLMRouting, LLMRoutingWait, Concurrency,
+// MaxDeliver, Remote, ToyLLM, Filter, Streams, Logger); the options that describe episodes are
 // ignored. ctx bounds the start; Close stops the fleet.
 func StartStanding(ctx context.Context, opts Options) (_ *Standing, err error) {
 	opts.Episodes, opts.Dataset = 0, ""

@@ -54,6 +54,8 @@ type runCmd struct {
 	VLLM               []string         `sep:"," help:"vLLM base URL(s); default: the built-in stand-in model."`
 	Model              string           `help:"Served model name (default: the server's first)."`
 	LLMMaxInFlight     cmdutil.InFlight `default:"auto" help:"Most concurrent requests per model server: auto adapts it to each server's load from its /metrics (requests running and waiting, KV-cache usage) and its latency, starting at 64; a number fixes it."`
+	LLMRouting         string           `default:"sticky" enum:"sticky,sticky-wait,least-loaded,round-robin" help:"How requests are spread over the model servers: sticky (each episode on its own server, for its prefix cache, or the least-loaded one when that is full), sticky-wait (sticky, but wait up to --llm-routing-wait for a slot of the episode's server before going elsewhere), least-loaded or round-robin."`
+	LLMRoutingWait     time.Duration    `default:"1s" help:"With sticky-wait routing: how long a request waits for a slot of its episode's server before going to another."`
 	NATS               string           `help:"External NATS URL(s) instead of the embedded server."`
 	SubmitOnly         bool             `help:"With --nats: submit and collect only; a fleet of separate processes does the work."`
 	DataDir            string           `help:"Embedded server data dir (default: a temp dir, removed afterwards)."`
@@ -161,7 +163,7 @@ func (c *runCmd) run() (sum fleet.Summary, err error) {
 		NSamples: c.NSamples, Concurrency: c.Concurrency, MaxLength: c.MaxLength, MaxTokens: c.MaxTokens, PromptOverflow: c.PromptOverflow,
 		MaxStaleness: c.MaxStaleness, StalePolicy: c.StalePolicy,
 		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, VLLM: c.VLLM, Model: c.Model,
-		LLMMaxInFlight: int(c.LLMMaxInFlight), NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir, Sync: c.Sync,
+		LLMMaxInFlight: int(c.LLMMaxInFlight), LLMRouting: c.LLMRouting, LLMRoutingWait: c.LLMRoutingWait, NATS: c.NATS, NATSAuth: c.ConnectOptions(), SubmitOnly: c.SubmitOnly, DataDir: c.DataDir, Sync: c.Sync,
 		Filter: filter, Remote: remote, Out: os.Stdout, Format: c.Format, MathJudge: c.MathJudge, MathStrict: c.MathStrict, Logger: log, RunID: run, SubmitWindow: c.SubmitWindow,
 		Tracer: exp.Tracer("rollfleet/rollout"),
 		ToyLLM: toyOpts,
