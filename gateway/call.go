@@ -259,6 +259,18 @@ func (g *Gateway) sample(ctx context.Context, c *call, route string, turn int) e
 	return nil
 }
 
+// respond ends the call, its samples recorded, and writes the answer: as an event stream
+// with stream when streamed is set, else resp as JSON with the session headers.
+func (g *Gateway) respond(w http.ResponseWriter, c *call, resp any, streamed bool, stream func()) {
+	c.end()
+	if streamed {
+		stream()
+		return
+	}
+	c.setHeaders(w)
+	writeJSON(w, http.StatusOK, resp)
+}
+
 // setHeaders reports where the call landed in its session.
 func (c *call) setHeaders(w http.ResponseWriter) {
 	if c.lease == nil {

@@ -84,13 +84,7 @@ func (g *Gateway) handleChat(w http.ResponseWriter, r *http.Request) error {
 		}
 		resp.Choices[i] = choice
 	}
-	c.end()
-	if req.Stream {
-		g.streamChat(w, c, &resp, req.includeUsage())
-		return nil
-	}
-	c.setHeaders(w)
-	writeJSON(w, http.StatusOK, resp)
+	g.respond(w, c, resp, req.Stream, func() { g.streamChat(w, c, &resp, req.includeUsage()) })
 	return nil
 }
 

@@ -104,12 +104,6 @@ func (g *Gateway) handleCompletion(w http.ResponseWriter, r *http.Request) error
 		}
 		resp.Choices[i] = choice
 	}
-	c.end()
-	if req.Stream {
-		g.streamCompletion(w, c, &resp, req.includeUsage())
-		return nil
-	}
-	c.setHeaders(w)
-	writeJSON(w, http.StatusOK, resp)
+	g.respond(w, c, resp, req.Stream, func() { g.streamCompletion(w, c, &resp, req.includeUsage()) })
 	return nil
 }

@@ -436,13 +436,7 @@ func (g *Gateway) handleResponses(w http.ResponseWriter, r *http.Request) error 
 	if rr.Store == nil || *rr.Store {
 		g.storeResponse(rr, resp.ID, sessionScope(r), items)
 	}
-	c.end()
-	if rr.Stream {
-		g.streamResponse(w, c, &resp)
-		return nil
-	}
-	c.setHeaders(w)
-	writeJSON(w, http.StatusOK, resp)
+	g.respond(w, c, resp, rr.Stream, func() { g.streamResponse(w, c, &resp) })
 	return nil
 }
 
