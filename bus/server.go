@@ -35,6 +35,9 @@ const SyncAlways = "always"
 // it would buy nothing. It is nats-server's own default interval.
 const TempStoreSync = "2m"
 
+// serverSyncInterval is nats-server's default sync interval, TempStoreSync.
+const serverSyncInterval = 2 * time.Minute
+
 // ErrBadSync means a Sync policy is neither SyncAlways nor a positive
 // duration.
 var ErrBadSync = errors.New("bus: sync must be \"always\" or a positive duration such as 2m")
@@ -44,7 +47,7 @@ var ErrBadSync = errors.New("bus: sync must be \"always\" or a positive duration
 // uses only for its periodic index syncs.
 func ParseSync(policy string) (always bool, interval time.Duration, err error) {
 	if strings.EqualFold(policy, SyncAlways) {
-		return true, 2 * time.Minute, nil
+		return true, serverSyncInterval, nil
 	}
 	d, err := time.ParseDuration(policy)
 	if err != nil || d <= 0 {

@@ -37,6 +37,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rollfleet/rollfleet/actors/collector"
+	"github.com/rollfleet/rollfleet/bus"
 	"github.com/rollfleet/rollfleet/chaos/lazyfs"
 	"github.com/rollfleet/rollfleet/envs"
 	"github.com/rollfleet/rollfleet/messages"
@@ -299,9 +300,9 @@ func (c *Config) check() error {
 			return fmt.Errorf("chaos: unknown kind %q (want one of %v)", k, Kinds)
 		}
 	}
-	if c.Sync != "" && c.Sync != "always" {
-		if d, err := time.ParseDuration(c.Sync); err != nil || d <= 0 {
-			return fmt.Errorf("chaos: Sync %q: want always or a positive duration", c.Sync)
+	if c.Sync != "" {
+		if _, _, err := bus.ParseSync(c.Sync); err != nil {
+			return fmt.Errorf("chaos: Sync: %w", err)
 		}
 	}
 	for _, id := range c.Envs {

@@ -11,7 +11,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,15 +131,18 @@ func (p *Plan) URLs() string {
 // route address, cluster name and routes.
 func (p *Plan) Args(i int) []string {
 	n := p.Nodes[i]
-	return []string{
+	args := []string{
 		"server", "--server-name", n.Name,
 		"--listen", net.JoinHostPort(n.Host, strconv.Itoa(n.Port)),
 		"--data-dir", n.DataDir,
 		"--cluster", net.JoinHostPort(n.ClusterHost, strconv.Itoa(n.ClusterPort)),
 		"--cluster-name", n.ClusterName,
 		"--routes", strings.Join(n.Routes, ","),
-		"--sync", cmp.Or(n.Sync, bus.SyncAlways),
 	}
+	if n.Sync != "" {
+		args = append(args, "--sync", n.Sync)
+	}
+	return args
 }
 
 // Index is the index of the node named name, or -1.
