@@ -122,7 +122,7 @@ const maxPooledBytes = 1 << 20
 
 func (st *genState) oversized() bool {
 	return st.body.Cap() > maxPooledBytes || cap(st.rest) > maxPooledBytes || cap(st.prompt) > maxPooledBytes/4 ||
-		cap(st.text) > maxPooledBytes || cap(st.resp) > maxPooledBytes
+		cap(st.text) > maxPooledBytes || cap(st.resp) > maxPooledBytes || st.kv.oversized()
 }
 
 // generate samples a response to st.prompt.

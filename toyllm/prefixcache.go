@@ -74,6 +74,12 @@ type kvSeq struct {
 	buf     []byte
 }
 
+// oversized reports whether the sequence's buffers grew past what a pooled genState keeps.
+func (q *kvSeq) oversized() bool {
+	return cap(q.tail) > maxPooledBytes/4 || cap(q.held) > maxPooledBytes/4 ||
+		cap(q.hashes) > maxPooledBytes/8 || cap(q.buf) > maxPooledBytes
+}
+
 // newPrefixCache returns a cache of capacityTokens tokens in blocks of
 // blockSize, or nil (disabled) when that is less than one block.
 func newPrefixCache(capacityTokens, blockSize int) *prefixCache {
