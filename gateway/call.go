@@ -77,10 +77,8 @@ type call struct {
 	// settings is templateSettings of the call's rendering.
 	settings uint64
 
-	// samples are samples 1 … n-1 of a call with n > 1 (see Gateway.run); index is the
-	// sample's index, 0 for the call itself.
+	// samples are samples 1 … n-1 of a call with n > 1 (see Gateway.run).
 	samples []*call
-	index   int
 
 	reply    *messages.GenerateReply
 	genNanos int64
@@ -187,6 +185,10 @@ func (g *Gateway) run(ctx context.Context, c *call, n int) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	if c.samples != nil && c.lease != nil {
+		// Placed only now: a call that failed leaves the session as it was.
+		c.lease.s.group = &placement{id: c.lease.s.id, size: int32(n)}
+	}
 	now := time.Now()
 	for _, s := range all {
 		if s.lease == nil {
@@ -218,7 +220,7 @@ func (g *Gateway) forkSamples(c *call, n int) error {
 	c.samples = make([]*call, n-1)
 	for i := range c.samples {
 		s := *c
-		s.samples, s.index = nil, i+1
+		s.samples = nil
 		if c.sampling.Seed != nil {
 			seed := *c.sampling.Seed + int64(i+1)
 			s.sampling.Seed = &seed

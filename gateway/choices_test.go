@@ -122,6 +122,17 @@ func TestSamplesRefused(t *testing.T) {
 	f.must(t, http.StatusNotFound, http.MethodGet, "/v1/sessions/h", nil, nil)
 	f.must(t, http.StatusNotFound, http.MethodGet, "/v1/sessions/h~1", nil, nil)
 
+	// A call whose generation fails records no sample and leaves its session as it was:
+	// the stand-in model refuses penalties, after the samples' sessions were opened.
+	call("p", 1, http.StatusOK)
+	f.must(t, http.StatusBadRequest, http.MethodPost, "/v1/chat/completions", map[string]string{HeaderSessionID: "p"},
+		map[string]any{"messages": msgs, "max_tokens": 16, "n": 3, "presence_penalty": 0.5})
+	f.must(t, http.StatusNotFound, http.MethodGet, "/v1/sessions/p~1", nil, nil)
+	call("p", 2, http.StatusOK)
+
+	// The Responses API has no n.
+	f.must(t, http.StatusBadRequest, http.MethodPost, "/v1/responses", nil, map[string]any{"input": "hi", "n": 2})
+
 	// A discarded sample is a failure of its group.
 	f.must(t, http.StatusOK, http.MethodDelete, "/v1/sessions/g~1", nil, nil)
 	var found bool

@@ -153,6 +153,9 @@ func decodeResponses(body []byte, conversation func(id string) ([]json.RawMessag
 			return nil, nil, messages.SamplingParams{}, err
 		}
 	}
+	if rr.N != nil && *rr.N != 1 {
+		return nil, nil, messages.SamplingParams{}, vllmapi.BadRequest("n is not a parameter of the Responses API: use /v1/chat/completions for n > 1")
+	}
 	if rr.Text != nil && rr.Text.Format != nil {
 		// The Responses API's text.format is chat's response_format, flattened.
 		rr.ResponseFormat = rr.Text.Format

@@ -328,8 +328,9 @@ const ForkSuffix = "~"
 // forkID is the id of the session holding sample i (i ≥ 1) of a call with n > 1 on session id.
 func forkID(id string, i int) string { return id + ForkSuffix + strconv.Itoa(i) }
 
-// fork opens the sessions for samples 1 … n-1 of a call with n > 1 on the leased session, and
-// places all n in one group under the session's id. Each fork starts as a copy of the
+// fork opens the sessions for samples 1 … n-1 of a call with n > 1 on the leased session,
+// placed in the group of the session's id (the session joins it as sample 0 once the call
+// has recorded its samples, see Gateway.run). Each fork starts as a copy of the
 // session, so that it holds the whole conversation its sample continues, and is leased to
 // the caller; a fork that records nothing is closed again on release. A fork id already
 // open or recently ended is ErrSessionExists: n > 1 once per session, or finish the samples
@@ -352,7 +353,6 @@ func (st *store) fork(l *lease, n int, now time.Time) ([]*lease, error) {
 			return nil, fmt.Errorf("%w: %q, for sample %d of this call", ErrSessionExists, id, i)
 		}
 	}
-	src.group = &placement{id: src.id, index: 0, size: int32(n)}
 	out := make([]*lease, n-1)
 	for i := 1; i < n; i++ {
 		s := &session{
