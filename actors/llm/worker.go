@@ -706,19 +706,33 @@ func (w *Worker) tokenizeReply(ctx context.Context, req *messages.TokenizeReques
 	return &messages.TokenizeReply{V: messages.Version, Tokens: ids}
 }
 
-// answerFromCache answers a tokenize request whose text the episode's sticky
-// endpoint has tokenized before, right in the subscription callback: a
-// feedback tokenization then never waits behind generations for a worker
-// of the pool. It reports whether it answered.
+// answerFromCache answers a tokenize request whose text a healthy endpoint
+// has tokenized before (the episode's sticky endpoint first; the others
+// serve the same model, and under a non-sticky routing policy hold the
+// episode's earlier texts), right in the subscription callback: a feedback
+// tokenization then never waits behind generations for a worker of the
+// pool. It reports whether it answered.
 func (w *Worker) answerFromCache(m *nats.Msg, req *messages.TokenizeRequest) bool {
 	if len(req.Messages) > 0 || m.Reply == "" {
 		return false
 	}
-	e := w.router.preferred(req.EpisodeID)
-	if e == nil || !e.healthy.Load() {
-		return false
+	key := tokcache.KeyOf(req)
+	lookup := func(e *endpoint) ([]int32, bool) {
+		if e == nil || !e.healthy.Load() {
+			return nil, false
+		}
+		return e.tokens.Get(key)
 	}
-	ids, ok := e.tokens.Get(tokcache.KeyOf(req))
+	preferred := w.router.preferred(req.EpisodeID)
+	ids, ok := lookup(preferred)
+	for _, e := range w.router.eps {
+		if ok {
+			break
+		}
+		if e != preferred {
+			ids, ok = lookup(e)
+		}
+	}
 	if !ok {
 		return false
 	}

@@ -723,6 +723,55 @@ func TestCachedTokenizeSkipsBusyPool(t *testing.T) {
 	}
 }
 
+// TestCachedTokenizeOnAnyEndpoint: under a routing policy that is not sticky an episode's
+// texts are tokenized on any server, so a text another endpoint tokenized before is answered
+// from that endpoint's cache right away, even while the pool waits on a generation.
+func TestCachedTokenizeOnAnyEndpoint(t *testing.T) {
+	f := newFixture(t)
+	hold := make(chan struct{})
+	held := func(m *model) { m.hold = hold }
+	a, b := newModel(t, toyllm.Options{}, held), newModel(t, toyllm.Options{}, held)
+	w := f.start(t, Options{Routing: RoutingLeastLoaded, MaxInFlight: 1}, a, b)
+	text := "At turn 1, you guessed 3."
+	want := f.tokenize(t, &messages.TokenizeRequest{V: messages.Version, EpisodeID: "ep", Text: text}).Tokens
+	// An episode whose sticky endpoint is not the one that tokenized the text.
+	tokenized := a.url
+	if b.tokenizes.Load() == 1 {
+		tokenized = b.url
+	}
+	other := ""
+	for i := 0; other == ""; i++ {
+		if id := fmt.Sprintf("ep-%d", i); w.router.preferred(id).url != tokenized {
+			other = id
+		}
+	}
+
+	data, err := messages.Marshal(generateRequest("busy", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := make(chan error, 1)
+	go func() {
+		_, err := f.nc.Request(f.subj.Generate(), data, waitTimeout)
+		busy <- err
+	}()
+	select { // the pool's only worker now waits on a model
+	case <-a.entered:
+	case <-b.entered:
+	}
+	got := f.tokenize(t, &messages.TokenizeRequest{V: messages.Version, EpisodeID: other, Text: text})
+	close(hold)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	if got.Error != "" || !slices.Equal(got.Tokens, want) {
+		t.Fatalf("tokenize of a cached text while the pool is busy: %+v", got)
+	}
+	if n := a.tokenizes.Load() + b.tokenizes.Load(); n != 1 {
+		t.Fatalf("the servers tokenized %d times, want 1", n)
+	}
+}
+
 // TestExpiredRequestIsDropped: work whose requester has stopped waiting is
 // not sent to the model, so a retried request is not generated twice.
 func TestExpiredRequestIsDropped(t *testing.T) {
