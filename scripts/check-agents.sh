@@ -41,7 +41,9 @@ wait_up() {
 go build -o "$work/rollout" ./cmd/rollout
 port=$((18300 + RANDOM % 1000))
 model=http://127.0.0.1:$port gw=http://127.0.0.1:$((port + 1))
-"$work/rollout" toyllm --tokenizer "$tok" --listen "127.0.0.1:$port" >"$work/toyllm.log" 2>&1 & pids+=($!)
+# --skill 30: the stand-in rarely slips a token into the tool call it plans, which would
+# end an agent run early (what is recorded is checked the same either way).
+"$work/rollout" toyllm --tokenizer "$tok" --skill 30 --listen "127.0.0.1:$port" >"$work/toyllm.log" 2>&1 & pids+=($!)
 # A server that does not come up fails every run, each with its row.
 wait_up "$model" "$work/toyllm.log" || true
 "$work/rollout" gateway --vllm "$model" --listen "127.0.0.1:$((port + 1))" \
